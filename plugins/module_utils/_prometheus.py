@@ -1,0 +1,170 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""A small, strict parser of the Prometheus text exposition format (0.0.4).
+
+Private to this collection. It needs nothing beyond the standard library, so
+the managed host does not need ``prometheus_client``.
+
+``parse(text)`` returns a list of ``(name, labels, value)`` tuples, where
+``labels`` is a tuple of ``(label, value)`` pairs in the order they were
+written. ``wanted`` can restrict the result to some sample names (the others
+are still checked for a valid name and value, but their labels are not
+unpacked, which is where the time goes).
+
+Anything that is not valid exposition raises ``ExpositionError`` with the line
+number and a short reason: an HTML error page, a truncated body, a bad label,
+a bad value, or the same series twice.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+# A metric name, then optionally {labels}, then a value, then optionally a timestamp.
+_NAME = r'[a-zA-Z_:][a-zA-Z0-9_:]*'
+_NAME_RE = re.compile(_NAME + r'\Z')
+_LABEL_PAIR_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|\Z)', re.S)
+_ESCAPE_RE = re.compile(r'\\(.)', re.S)
+_ESCAPES = {'\\': '\\', '"': '"', 'n': '\n'}
+
+# Numbers as the text format writes them; float() also accepts "nan",
+# "inf", "infinity" in any case, which the format allows as NaN, +Inf, -Inf.
+_SPECIAL_VALUES = {'nan': float('nan'), '+inf': float('inf'), 'inf': float('inf'), '-inf': float('-inf')}
+
+
+class ExpositionError(ValueError):
+    """The text is not valid Prometheus text exposition."""
+
+    def __init__(self, line_no, reason, line=None):
+        self.line_no = line_no
+        self.reason = reason
+        self.line = line
+        excerpt = ''
+        if line is not None:
+            excerpt = ': %r' % (line[:80] + ('...' if len(line) > 80 else ''))
+        super(ExpositionError, self).__init__('line %d: %s%s' % (line_no, reason, excerpt))
+
+
+def _unescape(value):
+    if '\\' not in value:
+        return value
+
+    def repl(match):
+        char = match.group(1)
+        # An unknown escape keeps its backslash, as the reference parser does.
+        return _ESCAPES.get(char, '\\' + char)
+
+    return _ESCAPE_RE.sub(repl, value)
+
+
+def parse_value(text):
+    """Parse a sample value: a float, NaN, +Inf, -Inf, exponent notation."""
+    try:
+        return float(text)
+    except ValueError:
+        special = _SPECIAL_VALUES.get(text.lower())
+        if special is None:
+            raise
+        return special
+
+
+def _parse_labels(body, line_no, line):
+    """Parse the inside of {...}: 'a="x",b="y"' (a trailing comma is allowed)."""
+    labels = []
+    pos = 0
+    end = len(body)
+    while pos < end:
+        match = _LABEL_PAIR_RE.match(body, pos)
+        if match is None:
+            if body[pos:].strip() == '':
+                break
+            raise ExpositionError(line_no, 'malformed label set', line)
+        labels.append((match.group(1), _unescape(match.group(2))))
+        pos = match.end()
+    names = [name for name, dummy in labels]
+    if len(set(names)) != len(names):
+        raise ExpositionError(line_no, 'label name repeated', line)
+    return tuple(labels)
+
+
+def _split_sample(line, line_no):
+    """Split one sample line into (name, raw_labels or None, rest)."""
+    brace = line.find('{')
+    if brace == -1:
+        parts = line.split(None, 1)
+        if len(parts) != 2:
+            raise ExpositionError(line_no, 'sample without a value', line)
+        return parts[0], None, parts[1]
+    # Find the closing brace outside quoted label values.
+    pos = brace + 1
+    in_quotes = False
+    length = len(line)
+    while pos < length:
+        char = line[pos]
+        if in_quotes:
+            if char == '\\':
+                pos += 1
+            elif char == '"':
+                in_quotes = False
+        elif char == '"':
+            in_quotes = True
+        elif char == '}':
+            break
+        pos += 1
+    else:
+        raise ExpositionError(line_no, 'unterminated label set', line)
+    return line[:brace].rstrip(), line[brace + 1:pos], line[pos + 1:]
+
+
+def parse(text, wanted=None):
+    """Parse exposition text into a list of (name, labels, value) samples.
+
+    ``wanted``: None for every sample, or a set/frozenset of sample names, or
+    a callable(name) -> bool. Samples not wanted are validated but dropped.
+    """
+    if not isinstance(text, str):
+        raise TypeError('text must be str')
+    if text and not text.endswith('\n'):
+        # The format ends every line with a newline: a body without one was cut off.
+        raise ExpositionError(text.count('\n') + 1, 'truncated: the last line has no newline')
+    if wanted is None:
+        keep = None
+    elif callable(wanted):
+        keep = wanted
+    else:
+        keep = frozenset(wanted).__contains__
+
+    samples = []
+    seen = set()
+    for line_no, line in enumerate(text.split('\n'), 1):
+        if not line or line.isspace():
+            continue
+        if line[0] == '#':
+            continue
+        if line.lstrip()[:1] == '<':
+            raise ExpositionError(line_no, 'this is HTML, not Prometheus text', line)
+        name, raw_labels, rest = _split_sample(line, line_no)
+        if not _NAME_RE.match(name):
+            raise ExpositionError(line_no, 'invalid metric name', line)
+        fields = rest.split()
+        if not fields or len(fields) > 2:
+            raise ExpositionError(line_no, 'expected a value and an optional timestamp', line)
+        try:
+            value = parse_value(fields[0])
+            if len(fields) == 2:
+                float(fields[1])
+        except ValueError:
+            raise ExpositionError(line_no, 'invalid value', line)
+        if keep is not None and not keep(name):
+            continue
+        labels = () if raw_labels is None else _parse_labels(raw_labels, line_no, line)
+        key = (name, tuple(sorted(labels)))
+        if key in seen:
+            raise ExpositionError(line_no, 'the same series appears twice', line)
+        seen.add(key)
+        samples.append((name, labels, value))
+    return samples

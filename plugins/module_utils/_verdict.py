@@ -1,0 +1,481 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The decision procedure: is a vLLM server idle, busy, stuck, ...?
+
+Private to this collection. The HTTP reads, the sleep and the clock are
+injected, so every branch is tested without a server and without sleeping.
+
+``server`` is any object with these methods, each returning a ``Fetched``:
+``metrics()``, ``health()``, ``version()``, ``models()`` and
+``probe(model)`` (a one-token request). ``Fetched.error`` is None for an
+HTTP answer (whatever its status) or one of ``FETCH_ERRORS``.
+
+The rule: a health check must not use what it guards. The server's own
+counters are read first; a request is sent only to a server with nothing in
+flight; "stuck" needs evidence that nothing moved, never a timeout of our own.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+
+from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError
+from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
+
+STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'up', 'unknown')
+
+# Why a request got no HTTP answer.
+FETCH_ERRORS = (
+    'refused',      # nothing listens (connection refused, host unreachable, name does not resolve)
+    'timeout',      # no (complete) answer in time
+    'dropped',      # the connection closed before an answer
+    'too_large',    # the body is over the size cap
+    'tls',          # certificate or TLS handshake failure
+    'redirect',     # a redirect to another server, or too many
+    'invalid',      # the answer is not what the endpoint gives (set by the verdict code)
+)
+
+
+class CheckError(Exception):
+    """The check cannot run as configured (TLS failure, a bad URL, ...)."""
+
+
+class Fetched(object):
+    """What one HTTP request gave: a status and body, or an error."""
+
+    __slots__ = ('status', 'text', 'error', 'message', 'seconds')
+
+    def __init__(self, status=None, text=None, error=None, message=None, seconds=None):
+        self.status = status
+        self.text = text
+        self.error = error
+        self.message = message
+        self.seconds = seconds
+
+    def json(self):
+        try:
+            return json.loads(self.text or '')
+        except ValueError:
+            return None
+
+    def describe(self):
+        if self.error:
+            return '%s (%s)' % (self.error, self.message) if self.message else self.error
+        return 'HTTP %s' % self.status
+
+
+def engine_is_dead(fetched):
+    """/health: 503 (>= 0.11) or 500 (0.8-0.10) when the engine died; nothing
+    listening means the process is gone. A slow /health says nothing."""
+    return fetched.error in ('refused', 'dropped') or (fetched.status is not None and fetched.status >= 500)
+
+
+def parse_version(text):
+    """'0.7.3' -> (0, 7); '0.11.0rc1' -> (0, 11); anything else -> None."""
+    match = re.match(r'\s*v?(\d+)\.(\d+)', text or '')
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2))
+
+
+def probe_outcome(fetched):
+    """Classify a one-token probe: 'ok', 'no_answer' (timeout or dropped:
+    counts towards stuck), 'refused', 'server_error', 'rejected' (4xx: a
+    configuration problem) or 'invalid' (200 without a completion)."""
+    if fetched.error in ('timeout', 'dropped'):
+        return 'no_answer'
+    if fetched.error:
+        return 'refused' if fetched.error == 'refused' else 'invalid'
+    if fetched.status >= 500:
+        return 'server_error'
+    if fetched.status != 200:
+        return 'rejected'
+    body = fetched.json()
+    if not isinstance(body, dict):
+        return 'invalid'
+    usage = body.get('usage') or {}
+    if isinstance(usage, dict) and isinstance(usage.get('completion_tokens'), int) and usage['completion_tokens'] >= 1:
+        return 'ok'
+    choices = body.get('choices') or []
+    if choices and isinstance(choices[0], dict) and choices[0].get('finish_reason'):
+        return 'ok'
+    return 'invalid'
+
+
+def _dead_or(fetched_health, verdict):
+    return ('down', 'the engine is dead: /health answered %s' % fetched_health.describe()) \
+        if engine_is_dead(fetched_health) else verdict
+
+
+class Judge(object):
+    """One check of one server. Use ``Judge(...).run()``."""
+
+    def __init__(self, server, interval=5.0, model=None, sleep=None, clock=None,
+                 probe_timeout=None, metrics_timeout=None):
+        self.server = server
+        self.interval = float(interval)
+        self.model = model
+        self.sleep = sleep
+        self.clock = clock
+        self.probe_timeout = probe_timeout
+        self.metrics_timeout = metrics_timeout
+        self.version = None
+        self.idle_ticks = False
+        self.readings = []
+        self.moves = []
+        self.probes = []
+        self.notes = []
+        self.models = None
+        self.health = None
+        self.restarted = False
+        self.stuck_engines = []
+        self.reading_pairs = []
+
+    # -- reads -------------------------------------------------------------
+
+    def _now(self):
+        return self.clock() if self.clock else None
+
+    def read(self):
+        """Scrape /metrics once: (Reading, None) or (None, Fetched)."""
+        at = self._now()
+        fetched = self.server.metrics()
+        if fetched.error or fetched.status != 200:
+            return None, fetched
+        try:
+            reading = readings.read_text(fetched.text, at=at, seconds=fetched.seconds)
+        except ExpositionError as exc:
+            return None, Fetched(status=200, error='invalid', message='not Prometheus text: %s' % exc,
+                                 seconds=fetched.seconds)
+        if reading.v0:
+            self.idle_ticks = True
+        self.readings.append(reading)
+        return reading, None
+
+    def check_health(self):
+        self.health = self.server.health()
+        return self.health
+
+    def probe(self):
+        model = self.model or self._model_from_metrics() or self._model_from_api()
+        fetched = self.server.probe(model)
+        outcome = probe_outcome(fetched)
+        record = {
+            'sent': True,
+            'ok': outcome == 'ok',
+            'outcome': outcome,
+            'seconds': None if fetched.seconds is None else round(fetched.seconds, 3),
+            'status': fetched.status,
+            'error': fetched.describe() if outcome != 'ok' else None,
+            'model': model,
+        }
+        self.probes.append(record)
+        return outcome, fetched
+
+    def _model_from_metrics(self):
+        for reading in reversed(self.readings):
+            if reading.model_name:
+                return reading.model_name
+        return None
+
+    def _model_from_api(self):
+        fetched = self.server.models()
+        ids = model_ids(fetched)
+        if ids:
+            self.models = ids
+            return ids[0]
+        self.notes.append('/v1/models gave no model id (%s); the probe names no model' % fetched.describe())
+        return None
+
+    # -- verdicts ----------------------------------------------------------
+
+    def finish(self, state, reason):
+        last = self.readings[-1] if self.readings else None
+        first = None
+        for reading in self.readings:
+            if last is not None and readings.same_process(reading, last)[0] is not False:
+                first = reading
+                break
+        probe = self.probes[-1] if self.probes else {'sent': False, 'ok': None, 'outcome': None,
+                                                      'seconds': None, 'status': None, 'error': None,
+                                                      'model': None}
+        probe = dict(probe, attempts=len(self.probes))
+        result = {
+            'state': state,
+            'reason': reason,
+            'restarted': self.restarted,
+            'probe': probe,
+            'running': last.running if last else None,
+            'waiting': last.waiting if last else None,
+            'kv_cache_usage': last.kv_cache if last else None,
+            'steps_per_second': readings.rate(first, last, readings.STEPS) if first is not last and first else None,
+            'generation_tokens_per_second': (readings.rate(first, last, readings.GENERATION)
+                                             if first is not last and first else None),
+            'version': self.version,
+            'model': self.model or self._model_from_metrics() or (self.models[0] if self.models else None),
+            'models': self.models or [],
+            'stuck_engines': list(self.stuck_engines),
+            'evidence': {
+                'interval': self.interval,
+                'reads': [r.summary() for r in self.readings],
+                'moved': self.moves,
+                'probes': self.probes,
+                'health': self.health.describe() if self.health is not None else None,
+                'idle_ticks': self.idle_ticks,
+                'notes': self.notes,
+            },
+        }
+        return result
+
+    def unreadable(self, fetched, between=False):
+        """A /metrics read that gave no reading."""
+        what = '/metrics'
+        if fetched.error == 'refused':
+            when = ' between reads' if between else ''
+            return self.finish('down', 'nothing answers%s: %s (a server still loading its weights does not '
+                                       'listen either)' % (when, fetched.describe()))
+        if fetched.error == 'tls':
+            raise CheckError('TLS error on %s: %s' % (what, fetched.message))
+        if fetched.error == 'timeout':
+            return self.finish('unknown', '%s gave no complete answer within %s s: a slow /metrics is a loaded '
+                                          'server or a loaded host, never taken for stuck'
+                               % (what, self.metrics_timeout))
+        if fetched.error:
+            return self.finish('unknown', '%s could not be read: %s' % (what, fetched.describe()))
+        if fetched.status == 404:
+            return self.probe_only('/metrics answered 404')
+        if fetched.status >= 500:
+            state, reason = _dead_or(self.check_health(), (
+                'unknown', '/metrics answered HTTP %s while /health answered %s'
+                % (fetched.status, self.health.describe())))
+            return self.finish(state, reason)
+        return self.finish('unknown', '/metrics answered HTTP %s' % fetched.status)
+
+    def probe_only(self, why):
+        """No usable metrics: judge by a one-token probe alone, never 'stuck'."""
+        self.notes.append(why)
+        health = self.check_health()
+        if engine_is_dead(health):
+            return self.finish('down', 'the engine is dead: /health answered %s (%s)' % (health.describe(), why))
+        outcome, fetched = self.probe()
+        if outcome == 'ok':
+            return self.finish('up', 'it answered a one-token probe in %.2f s, but its load cannot be known: %s'
+                               % (fetched.seconds or 0.0, why))
+        if outcome == 'no_answer':
+            return self.finish('unknown', 'no usable metrics (%s) and the probe got no answer (%s); it may be '
+                                          'queued behind work, so this is not called stuck'
+                               % (why, fetched.describe()))
+        return self.probe_failed(outcome, fetched)
+
+    def probe_failed(self, outcome, fetched):
+        """A probe that got an answer that is not a completion."""
+        if outcome == 'rejected':
+            hint = ' (check api_key)' if fetched.status in (401, 403) else \
+                ' (check the model name)' if fetched.status == 404 else ''
+            return self.finish('unknown', 'the probe was rejected with HTTP %s%s' % (fetched.status, hint))
+        if outcome in ('server_error', 'refused'):
+            health = self.check_health()
+            if engine_is_dead(health):
+                return self.finish('down', 'the probe got %s and /health answered %s'
+                                   % (fetched.describe(), health.describe()))
+            return self.finish('unknown', 'the probe got %s while /health answered %s'
+                               % (fetched.describe(), health.describe()))
+        return self.finish('unknown', 'the probe answer had no completion token (%s)' % fetched.describe())
+
+    def run(self):
+        version = self.server.version()
+        body = version.json() if not version.error and version.status == 200 else None
+        if isinstance(body, dict) and isinstance(body.get('version'), str):
+            self.version = body['version']
+            parsed = parse_version(self.version)
+            # V0 and V1 0.7.x observe a 0 into the step histogram while idle.
+            if parsed is not None and parsed < (0, 8):
+                self.idle_ticks = True
+        first, failed = self.read()
+        if first is None:
+            return self.unreadable(failed)
+        if not first.has_vllm:
+            return self.probe_only('/metrics has no vllm: series (a server started with --disable-log-stats)')
+        if first.sleeping:
+            return self.finish('sleeping', 'the engine sleeps on purpose (vllm:engine_sleep_state awake=0): '
+                                           'not probed, not judged')
+        if first.in_flight == 0:
+            if first.running is None:
+                self.notes.append('no running/waiting samples yet (multiprocess metrics before the first '
+                                  'engine step): nothing has run')
+            return self.idle_path(first)
+        return self.busy_path(first)
+
+    # -- nothing in flight: a one-token probe --------------------------------
+
+    def idle_path(self, before, attempt=1):
+        outcome, fetched = self.probe()
+        if outcome == 'ok':
+            if attempt == 1:
+                return self.finish('idle', 'nothing in flight and a one-token probe answered in %.2f s'
+                                   % (fetched.seconds or 0.0))
+            return self.finish('idle', 'nothing in flight; the first probe got no answer, the second answered '
+                                       'in %.2f s' % (fetched.seconds or 0.0))
+        if outcome != 'no_answer':
+            return self.probe_failed(outcome, fetched)
+        health = self.check_health()
+        if engine_is_dead(health):
+            return self.finish('down', 'the probe got no answer and /health answered %s' % health.describe())
+        after, failed = self.read()
+        if after is None:
+            return self.unreadable(failed, between=True)
+        same, how = readings.same_process(before, after)
+        if same is False:
+            return self.restarted_path(before, after, how)
+        moved = self._record_moves(before, after)
+        if any(moved.values()):
+            if after.in_flight:
+                return self.finish('busy', 'the probe got no answer in %s s, but the engine moved and now has '
+                                           '%d in flight: the probe queued behind work, not stuck'
+                                   % (self.probe_timeout, after.in_flight))
+            return self.finish('unknown', 'the probe got no answer in %s s, but the engine moved: not stuck'
+                               % self.probe_timeout)
+        if after.in_flight:
+            # Work arrived (someone else's): judge it by its progress instead.
+            self.notes.append('after an unanswered probe %d request(s) are in flight: judged by progress'
+                              % after.in_flight)
+            return self.busy_path(after)
+        if attempt == 1:
+            return self.idle_path(after, attempt=2)
+        return self.finish('stuck', 'nothing in flight, yet two one-token probes got no answer (%s s each) and '
+                                    'no counter or gauge moved: an idle-looking hang' % self.probe_timeout)
+
+    # -- work in flight: compare counters, never probe -----------------------
+
+    def _record_moves(self, before, after):
+        moved = readings.engine_moves(before, after, idle_ticks=self.idle_ticks)
+        self.moves.append(moved)
+        return moved
+
+    def busy_path(self, before):
+        stalled_before = None
+        for wait in (1, 2):
+            self.sleep(self.interval)
+            after, failed = self.read()
+            if after is None:
+                return self.unreadable(failed, between=True)
+            same, how = readings.same_process(before, after)
+            if same is False:
+                return self.restarted_path(before, after, how)
+            moved = self._record_moves(before, after)
+            stalled = set(key for key, engine in after.engines.items()
+                          if key in before.engines and not moved.get(key)
+                          and (engine.in_flight or before.engines[key].in_flight)
+                          and engine.awake is not False)
+            if not stalled:
+                return self.finish('busy', self._busy_reason(before, after, moved))
+            if stalled_before is not None:
+                stuck = sorted(stalled & stalled_before)
+                if not stuck:
+                    return self.finish('busy', self._busy_reason(before, after, moved))
+                return self.stuck(after, stuck)
+            stalled_before = stalled
+            before = after
+        raise AssertionError('unreachable')  # pragma: no cover
+
+    def _busy_reason(self, before, after, moved):
+        what = sorted(set(name.replace('vllm:', '') for names in moved.values() for name in names))
+        return ('%d request(s) in flight and the engine moved within %s s (%s); no probe sent'
+                % (max(before.in_flight, after.in_flight), self.interval, ', '.join(what)))
+
+    def stuck(self, after, stuck):
+        self.stuck_engines = stuck
+        all_engines = len(stuck) == len(after.engines)
+        deferred_only = all((after.engines[k].running or 0) == 0 and after.engines[k].waiting
+                            and after.engines[k].deferred == after.engines[k].waiting for k in stuck)
+        if deferred_only:
+            return self.finish('unknown', 'only deferred requests wait (grammar compilation or remote KV) and '
+                                          'no engine step happened across two waits; deferred work can sit '
+                                          'without steps, so this is not called stuck')
+        health = self.check_health()
+        if engine_is_dead(health):
+            return self.finish('down', 'work in flight, nothing moved, and /health answered %s'
+                               % health.describe())
+        if not all_engines:
+            which = ' on engine(s) %s while the other engines moved' % ', '.join(stuck)
+        elif len(stuck) > 1:
+            which = ' on every engine (%s)' % ', '.join(stuck)
+        else:
+            which = ''
+        return self.finish('stuck', '%d request(s) in flight and no counter or KV-cache gauge moved across two '
+                                    'waits of %s s%s (/health answered %s, which a hang does not change)'
+                           % (after.in_flight, self.interval, which, health.describe()))
+
+    # -- another process between reads -------------------------------------
+
+    def restarted_path(self, before, after, how):
+        # A load balancer alternates between processes; a restart does not come back.
+        if readings.start_time_order(before, after) == -1:
+            return self.balanced(how)
+        latest = after
+        for dummy in range(2):
+            again, failed = self.read()
+            if again is None:
+                break
+            if readings.same_process(before, again)[0] is True:
+                return self.balanced(how)
+            latest = again
+        self.restarted = True
+        self.notes.append('restart seen: %s; counters of the two processes are not compared' % how)
+        if latest.in_flight:
+            return self.finish('restarted', 'the server restarted between reads (%s); the new process already has '
+                                            '%d request(s) in flight, so it was not probed' % (how, latest.in_flight))
+        outcome, fetched = self.probe()
+        if outcome == 'ok':
+            return self.finish('restarted', 'the server restarted between reads (%s) and the new process answered '
+                                            'a one-token probe in %.2f s' % (how, fetched.seconds or 0.0))
+        return self.finish('starting', 'the server restarted between reads (%s) and the new process has not '
+                                       'answered a probe yet (%s)' % (how, fetched.describe()))
+
+    def balanced(self, how):
+        self.notes.append(how)
+        return self.finish('unknown', 'reads came from different server processes that alternate (%s): this URL '
+                                      'looks like a load balancer; check it with kind=proxy and check its backends '
+                                      'directly' % how)
+
+
+def model_ids(fetched):
+    """The model ids of a /v1/models answer, or None."""
+    if fetched.error or fetched.status != 200:
+        return None
+    body = fetched.json()
+    if not isinstance(body, dict) or not isinstance(body.get('data'), list):
+        return None
+    ids = [m.get('id') for m in body['data'] if isinstance(m, dict) and isinstance(m.get('id'), str)]
+    return ids or None
+
+
+def check_proxy(server):
+    """A proxy in front of several backends: GET /v1/models and nothing else."""
+    fetched = server.models()
+    base = {'restarted': False, 'running': None, 'waiting': None, 'kv_cache_usage': None,
+            'steps_per_second': None, 'generation_tokens_per_second': None, 'version': None,
+            'stuck_engines': [],
+            'probe': {'sent': False, 'ok': None, 'outcome': None, 'seconds': None, 'status': None,
+                      'error': None, 'model': None, 'attempts': 0}}
+    ids = model_ids(fetched)
+    evidence = {'models_answer': fetched.describe(),
+                'seconds': None if fetched.seconds is None else round(fetched.seconds, 4)}
+    if ids:
+        state, reason = 'up', 'the proxy answered /v1/models with %s in %.3f s; its backends must be checked ' \
+                              'directly' % (', '.join(ids), fetched.seconds or 0.0)
+    elif fetched.error == 'tls':
+        raise CheckError('TLS error on /v1/models: %s' % fetched.message)
+    elif fetched.error in ('refused', 'dropped') or (fetched.status is not None and fetched.status >= 500):
+        state, reason = 'down', 'the proxy gave no model list: %s' % fetched.describe()
+    elif fetched.status in (401, 403):
+        state, reason = 'unknown', '/v1/models answered HTTP %s (check api_key)' % fetched.status
+    else:
+        state, reason = 'unknown', 'the proxy gave no model list: %s' % fetched.describe()
+    return dict(base, state=state, reason=reason, model=ids[0] if ids else None, models=ids or [],
+                evidence=evidence)

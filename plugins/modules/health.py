@@ -1,0 +1,342 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: health
+short_description: Tell whether a vLLM server is idle, busy or stuck from its own metrics
+version_added: 0.1.0
+description:
+  - Reads the server's own C(/metrics) (the Prometheus text vLLM exposes) twice or three times, O(interval) seconds apart,
+    and says whether the engine is V(idle), V(busy), V(stuck), or one of a few more honest verdicts, with the evidence.
+  - A health check must not use what it guards. A server with requests in flight is judged only by whether its counters
+    move; it is never sent a request. Only a server with nothing in flight gets a one-token probe
+    (C(max_tokens=1), C(temperature=0)), because a hang while idle reads exactly like idle.
+  - The engine "moved" when any engine counter rose (steps, step tokens, prompt and generated tokens, finished requests,
+    preemptions, estimated FLOPs) or the KV-cache gauge changed. In vLLM V1 the step counter does not move during a long
+    chunked prefill, while the KV-cache gauge does, so a long prefill is V(busy), not V(stuck).
+  - V(stuck) needs evidence: work in flight and nothing moved across two waits in a row, or an idle-looking engine that
+    got no answer to two probes while nothing moved. A timeout of the module's own request is never enough.
+  - A restart between two reads (new C(process_start_time_seconds); where that is absent, as with C(--api-server-count 2),
+    changed C(*_created) values or a counter that went down) is never judged by comparing counters across the two
+    processes; the new process is probed instead (V(restarted) or V(starting)). Reads that alternate between two
+    processes are a load balancer, reported as V(unknown) with the advice to check the backends directly.
+  - With O(kind=proxy) the module sends C(GET /v1/models) and nothing else.
+  - The verdict is returned as the module's result and as the fact C(vllm_health).
+author:
+  - modelops.vllm maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+  - modelops.vllm.connection
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The module only reads; in check mode it still sends the one-token probe to a server with nothing in flight,
+        since without it a hang while idle cannot be seen.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+options:
+  kind:
+    description:
+      - V(backend) is one vLLM server, judged from its C(/metrics).
+      - V(proxy) is a load balancer in front of several backends. Each C(/metrics) read could come from another
+        backend, so a proxy is checked by C(GET /v1/models) only (V(up) or V(down)); check its backends directly.
+    type: str
+    choices: [backend, proxy]
+    default: backend
+  interval:
+    description:
+      - Seconds between two reads of C(/metrics) when work is in flight. A V(busy) verdict takes one wait,
+        a V(stuck) verdict two.
+      - Pick it longer than the slowest engine step you expect. On the engine, one step is milliseconds;
+        the default leaves a wide margin.
+    type: float
+    default: 5
+  probe_timeout:
+    description:
+      - Seconds allowed for the one-token probe of an idle-looking server.
+    type: float
+    default: 30
+  probe_api:
+    description:
+      - The endpoint of the probe. V(completions) is C(POST /v1/completions); V(chat) is C(POST /v1/chat/completions),
+        for a server that serves chat only.
+    type: str
+    choices: [completions, chat]
+    default: completions
+  model:
+    description:
+      - Model name for the probe.
+      - Default is the C(model_name) label of the server's metrics, else the first id from C(/v1/models).
+    type: str
+  metrics_max_bytes:
+    description:
+      - The largest answer accepted from any endpoint, in bytes. A real C(/metrics) body is about 50 KB per engine.
+    type: int
+    default: 16777216
+notes:
+  - Run it on the controller (O(url) pointing at the server, with C(delegate_to) V(localhost)) or on the vLLM host itself
+    (O(url) V(http://127.0.0.1:8000)); it only needs HTTP access.
+  - A C(/metrics) that answers slower than O(metrics_timeout) gives V(unknown), never V(stuck).
+  - V0 servers and V1 0.7.x observe idle zeros into the step histogram; for them (told by C(/version), or by V0-only
+    series) the step count is not taken as progress.
+seealso:
+  - name: vLLM production metrics
+    description: The metrics vLLM exposes on C(/metrics).
+    link: https://docs.vllm.ai/en/latest/usage/metrics.html
+'''
+
+EXAMPLES = r'''
+- name: Check the vLLM server on this host
+  modelops.vllm.health:
+    url: http://127.0.0.1:8000
+  register: vllm
+
+- name: Show the verdict
+  ansible.builtin.debug:
+    msg: "{{ vllm.state }}: {{ vllm.reason }}"
+
+- name: Check a server that needs an API key, from the controller
+  modelops.vllm.health:
+    url: "https://{{ inventory_hostname }}:8000"
+    api_key: "{{ vault_vllm_api_key }}"
+    ca_path: /etc/pki/internal-ca.pem
+    interval: 10
+  delegate_to: localhost
+
+- name: Check the load balancer in front of the backends (GET /v1/models only)
+  modelops.vllm.health:
+    url: http://llm-proxy.example.com
+    kind: proxy
+
+- name: Fail when a server is stuck
+  modelops.vllm.health:
+    url: http://127.0.0.1:8000
+  register: vllm
+  failed_when: vllm.state == 'stuck'
+'''
+
+RETURN = r'''
+state:
+  description:
+    - The verdict.
+    - V(idle) nothing in flight and a one-token probe answered.
+    - V(busy) work in flight and the engine moved between two reads; no probe was sent.
+    - V(stuck) work in flight and nothing moved across two waits in a row; or an idle-looking engine that got no answer
+      to two probes while nothing moved.
+    - V(restarted) the serving process changed between reads; counters were not compared; the new process answered
+      a probe (or already has work in flight).
+    - V(starting) the process changed between reads and the new one does not answer yet.
+    - V(down) nothing answers, or C(/health) says the engine is dead.
+    - V(sleeping) the engine sleeps on purpose (C(vllm:engine_sleep_state)); not probed.
+    - V(up) it answers but its load cannot be known (a proxy, or a server without usable metrics whose probe answered).
+    - V(unknown) the check could not judge (metrics too slow or unreadable, no usable metrics and no probe answer,
+      reads from alternating processes).
+  returned: always
+  type: str
+  sample: busy
+reason:
+  description: One plain sentence saying why.
+  returned: always
+  type: str
+  sample: 3 request(s) in flight and the engine moved within 5.0 s (generation_tokens_total, iteration_tokens_total_count); no probe sent
+url:
+  description: The URL that was checked.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:8000
+kind:
+  description: V(backend) or V(proxy), as asked.
+  returned: always
+  type: str
+  sample: backend
+checked_at:
+  description: When the check started, ISO 8601 UTC.
+  returned: always
+  type: str
+  sample: '2026-11-30T04:12:00Z'
+probe:
+  description: The one-token probe, if one was sent (the last one when there were two).
+  returned: always
+  type: dict
+  contains:
+    sent:
+      description: Whether a probe was sent.
+      type: bool
+      sample: false
+    ok:
+      description: Whether it answered with a completion (HTTP 200 and a completion token or a finish reason). Null when not sent.
+      type: bool
+      sample: true
+    outcome:
+      description: V(ok), V(no_answer) (timeout or dropped connection), V(rejected) (HTTP 4xx), V(server_error), V(refused) or V(invalid).
+      type: str
+      sample: ok
+    seconds:
+      description: How long it took.
+      type: float
+      sample: 0.041
+    status:
+      description: HTTP status of its answer.
+      type: int
+      sample: 200
+    error:
+      description: What went wrong, when it did not answer with a completion.
+      type: str
+      sample: timeout (no complete answer in 30.0 s)
+    model:
+      description: The model named in the probe.
+      type: str
+      sample: tiny
+    attempts:
+      description: How many probes were sent.
+      type: int
+      sample: 1
+running:
+  description: Requests running (summed over engines) at the last read; null without metrics.
+  returned: always
+  type: float
+  sample: 3.0
+waiting:
+  description: Requests waiting (summed over engines) at the last read; null without metrics.
+  returned: always
+  type: float
+  sample: 0.0
+kv_cache_usage:
+  description: KV-cache usage 0..1 at the last read (the largest over engines).
+  returned: always
+  type: float
+  sample: 0.0071
+steps_per_second:
+  description: Engine steps per second between the first and last read of the same process, when there were two.
+  returned: always
+  type: float
+  sample: 1972.5
+generation_tokens_per_second:
+  description: Generated tokens per second between the first and last read of the same process, when there were two.
+  returned: always
+  type: float
+  sample: 5917.4
+restarted:
+  description: Whether the serving process changed between reads.
+  returned: always
+  type: bool
+  sample: false
+version:
+  description: The vLLM version from C(/version), when it answered.
+  returned: always
+  type: str
+  sample: 0.32.0
+model:
+  description: The served model name (from the probe, the metrics' C(model_name) label or C(/v1/models)).
+  returned: always
+  type: str
+  sample: tiny
+models:
+  description: Model ids from C(/v1/models), when it was read (always for a proxy).
+  returned: always
+  type: list
+  elements: str
+  sample: [tiny]
+stuck_engines:
+  description: The data-parallel engines (the C(engine) label) found stuck; empty unless O(kind=backend) and V(stuck).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+evidence:
+  description:
+    - The raw evidence. For a backend, C(reads) (each read's time, duration, start time, running, waiting, KV cache,
+      steps, generated tokens and per-engine numbers), C(moved) (per wait, per engine, what rose and by how much),
+      C(probes), C(health) (the C(/health) answer, when asked), C(interval), C(idle_ticks) and C(notes).
+    - For a proxy, C(models_answer) and C(seconds).
+  returned: always
+  type: dict
+  sample: {"interval": 5.0, "moved": [{"0": {"vllm:generation_tokens_total": 18291.0}}], "notes": []}
+ansible_facts:
+  description: Facts to add to the host.
+  returned: always
+  type: dict
+  contains:
+    vllm_health:
+      description: The whole result above (state, reason, probe, readings, evidence, ...).
+      returned: always
+      type: dict
+'''
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.modelops.vllm.plugins.module_utils._http import (
+    Client,
+    DEFAULT_MAX_BYTES,
+    HAS_REQUESTS,
+    REQUESTS_IMPORT_ERROR,
+)
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
+    CheckError,
+    Judge,
+    check_proxy,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type='str', required=True),
+            kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
+            interval=dict(type='float', default=5.0),
+            probe_timeout=dict(type='float', default=30.0),
+            probe_api=dict(type='str', default='completions', choices=['completions', 'chat']),
+            metrics_timeout=dict(type='float', default=10.0),
+            metrics_max_bytes=dict(type='int', default=DEFAULT_MAX_BYTES),
+            api_key=dict(type='str', no_log=True),
+            validate_certs=dict(type='bool', default=True),
+            ca_path=dict(type='path'),
+            model=dict(type='str'),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if not HAS_REQUESTS:
+        module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR)
+    for name in ('probe_timeout', 'metrics_timeout'):
+        if params[name] <= 0:
+            module.fail_json(msg='%s must be greater than 0, got %s' % (name, params[name]))
+    if params['interval'] < 0:
+        module.fail_json(msg='interval must not be negative, got %s' % params['interval'])
+    if params['metrics_max_bytes'] < 1024:
+        module.fail_json(msg='metrics_max_bytes must be at least 1024, got %s' % params['metrics_max_bytes'])
+
+    checked_at = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
+    try:
+        client = Client(params['url'], api_key=params['api_key'], validate_certs=params['validate_certs'],
+                        ca_path=params['ca_path'], metrics_timeout=params['metrics_timeout'],
+                        probe_timeout=params['probe_timeout'], max_bytes=params['metrics_max_bytes'],
+                        probe_api=params['probe_api'])
+        if params['kind'] == 'proxy':
+            result = check_proxy(client)
+        else:
+            result = Judge(client, interval=params['interval'], model=params['model'], sleep=time.sleep,
+                           clock=time.time, probe_timeout=params['probe_timeout'],
+                           metrics_timeout=params['metrics_timeout']).run()
+    except CheckError as exc:
+        module.fail_json(msg=str(exc), url=params['url'])
+
+    result.update(url=params['url'], kind=params['kind'], checked_at=checked_at)
+    module.exit_json(changed=False, ansible_facts={'vllm_health': result}, **result)
+
+
+if __name__ == '__main__':
+    main()
