@@ -237,8 +237,8 @@ class Judge(object):
         what = '/metrics'
         if fetched.error == 'refused':
             when = ' between reads' if between else ''
-            return self.finish('down', 'nothing answers%s: %s (a server still loading its weights does not '
-                                       'listen either)' % (when, fetched.describe()))
+            return self.finish('down', 'nothing answers%s (%s); a server still loading its weights does not '
+                                       'listen either' % (when, fetched.message or fetched.error))
         if fetched.error == 'tls':
             raise CheckError('TLS error on %s: %s' % (what, fetched.message))
         if fetched.error == 'timeout':
