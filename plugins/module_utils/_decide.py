@@ -19,6 +19,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import calendar
+import re
+
 NONE = 'none'
 RESTART = 'restart'
 FAIL = 'fail'
@@ -30,6 +33,44 @@ DEFAULTS = {
     'restart_window': 86400,
     'unknown_limit': 3,
 }
+
+
+def parse_started_at(value):
+    """A start time as the service managers give it, in epoch seconds, or None.
+
+    Accepts a number, systemd's ``@1796004614`` (``--timestamp=unix``), and
+    Docker's RFC 3339 ``2026-11-30T02:10:52.123456789Z`` (or with an offset).
+    Docker's ``0001-01-01T00:00:00Z`` (never started) and empty values are None.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if value > 0 else None
+    text = str(value).strip()
+    if not text or text in ('n/a', '0'):
+        return None
+    if text.startswith('@'):
+        text = text[1:]
+    try:
+        number = float(text)
+        return number if number > 0 else None
+    except ValueError:
+        pass
+    match = re.match(r'(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(\.\d+)?\s*(Z|[+-]\d\d:?\d\d)?$', text)
+    if not match:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    if year < 1971:
+        return None
+    fraction = float(match.group(7) or 0)
+    zone = match.group(8) or 'Z'
+    offset = 0
+    if zone != 'Z':
+        sign = -1 if zone[0] == '-' else 1
+        digits = zone[1:].replace(':', '')
+        offset = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    epoch = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    return epoch + fraction - offset
 
 
 def empty_history():
@@ -89,8 +130,8 @@ def decide(state, service, history, now, settings, paused=False):
     hist['last_check'] = now
     hist['last_state'] = state
     hist['unknown_streak'] = hist['unknown_streak'] + 1 if state == 'unknown' else 0
-    started_at = service.get('started_at')
-    uptime = now - started_at if isinstance(started_at, (int, float)) else None
+    started_at = parse_started_at(service.get('started_at'))
+    uptime = now - started_at if started_at is not None else None
     last_restart = recent[-1] if recent else None
     cooldown = required_cooldown(len(recent), float(conf['cooldown']))
     out = {

@@ -70,8 +70,9 @@ options:
         type: bool
       started_at:
         description:
-          - When it last started, in seconds since the epoch.
-        type: float
+          - When it last started, in seconds since the epoch, as systemd's V(@1796004614), or as Docker's
+            RFC 3339 V(2026-11-30T02:10:52.123456789Z).
+        type: raw
       status:
         description:
           - The service manager's own word for its state (for example V(active/running), V(exited), V(failed)).
@@ -248,7 +249,7 @@ def main():
             reason=dict(type='str', default=''),
             service=dict(type='dict', default={}, options=dict(
                 running=dict(type='bool'),
-                started_at=dict(type='float'),
+                started_at=dict(type='raw'),
                 status=dict(type='str'),
             )),
             startup_grace=dict(type='float', default=900),

@@ -9,6 +9,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     decide,
     empty_history,
     normalize_history,
+    parse_started_at,
     required_cooldown,
 )
 
@@ -100,3 +101,22 @@ def test_damaged_history_is_read_safely(damaged):
     clean = normalize_history(damaged)
     assert isinstance(clean['restarts'], list)
     assert clean['unknown_streak'] >= 0
+
+
+@pytest.mark.parametrize('value, expected', [
+    (1796004614, 1796004614.0),
+    ('@1796004614', 1796004614.0),
+    ('1796004614.5', 1796004614.5),
+    ('2026-11-30T02:10:52Z', 1796004652.0),
+    ('2026-11-30T02:10:52.250000000Z', 1796004652.25),
+    ('2026-11-30T03:10:52+01:00', 1796004652.0),
+    ('0001-01-01T00:00:00Z', None),
+    ('', None), ('n/a', None), (None, None), (0, None), ('yesterday', None), (True, None),
+])
+def test_parse_started_at(value, expected):
+    assert parse_started_at(value) == expected
+
+
+def test_docker_start_time_string_feeds_the_grace():
+    service = {'running': True, 'started_at': '1970-01-12T13:44:40Z'}  # NOW - 120 s
+    assert decide('stuck', service, None, NOW, S)['action'] == NONE
