@@ -118,5 +118,6 @@ def test_parse_started_at(value, expected):
 
 
 def test_docker_start_time_string_feeds_the_grace():
-    service = {'running': True, 'started_at': '1970-01-12T13:44:40Z'}  # NOW - 120 s
-    assert decide('stuck', service, None, NOW, S)['action'] == NONE
+    service = {'running': True, 'started_at': '2026-11-30T02:10:52.5Z'}
+    assert decide('stuck', service, None, 1796004652.5 + 120, S)['action'] == NONE
+    assert decide('stuck', service, None, 1796004652.5 + 901, S)['action'] == RESTART
