@@ -1,0 +1,92 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+name: watchdog_summary
+short_description: Summarize the results of the modelops.vllm.watchdog role over a fleet
+version_added: 0.1.0
+author: modelops.vllm maintainers
+description:
+  - Takes the C(vllm_watchdog_results) of every host (flattened into one list) and returns the counts per verdict,
+    the restarted and failed host/instance pairs, one line per host and instance, and a headline.
+options:
+  _input:
+    description: The results, each a dict with at least C(host), C(instance), C(state), C(restarted), C(failed), C(line).
+    type: list
+    elements: dict
+    required: true
+'''
+
+EXAMPLES = r'''
+- name: Summarize
+  ansible.builtin.debug:
+    msg: "{{ ansible_play_hosts_all | map('extract', hostvars, 'vllm_watchdog_results') | select('defined')
+             | flatten | modelops.vllm.watchdog_summary }}"
+'''
+
+RETURN = r'''
+_value:
+  description: The summary.
+  type: dict
+  contains:
+    counts:
+      description: Instances per verdict.
+      type: dict
+    restarted:
+      description: C(host/instance) of every restarted instance.
+      type: list
+      elements: str
+    failed:
+      description: C(host/instance) of every instance that needs a human.
+      type: list
+      elements: str
+    lines:
+      description: One line per host and instance.
+      type: list
+      elements: str
+    headline:
+      description: One line for the whole fleet.
+      type: str
+'''
+
+from ansible.errors import AnsibleFilterError
+
+
+def _truthy(value):
+    if isinstance(value, str):
+        return value.strip().lower() in ('true', 'yes', '1')
+    return bool(value)
+
+
+def watchdog_summary(results):
+    if not isinstance(results, list):
+        raise AnsibleFilterError('watchdog_summary expects a list of results, got %s' % type(results).__name__)
+    counts = {}
+    restarted = []
+    failed = []
+    lines = []
+    for item in results:
+        if not isinstance(item, dict):
+            raise AnsibleFilterError('watchdog_summary expects dicts, got %s' % type(item).__name__)
+        state = item.get('state') or 'unknown'
+        counts[state] = counts.get(state, 0) + 1
+        who = '%s/%s' % (item.get('host'), item.get('instance'))
+        if _truthy(item.get('restarted')):
+            restarted.append(who)
+        if _truthy(item.get('failed')):
+            failed.append(who)
+        lines.append(' '.join(str(item.get('line') or who).split()))
+    ordered = ', '.join('%d %s' % (counts[k], k) for k in sorted(counts, key=lambda k: (-counts[k], k)))
+    headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s' % (
+        len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none')
+    return {'counts': counts, 'restarted': restarted, 'failed': failed, 'lines': lines, 'headline': headline}
+
+
+class FilterModule(object):
+    def filters(self):
+        return {'watchdog_summary': watchdog_summary}
