@@ -17,8 +17,8 @@ options:
       - Base URL of the vLLM OpenAI-compatible server, for example V(http://127.0.0.1:8000).
       - The module adds the paths itself (C(/metrics), C(/health), C(/version), C(/v1/models), C(/v1/completions)).
       - Redirects are followed only when they stay on the same scheme, host and port.
+      - Exactly one of O(url) and O(servers) is required.
     type: str
-    required: true
   api_key:
     description:
       - The key of a server started with C(--api-key), sent as a bearer token to C(/v1/) endpoints only

@@ -28,7 +28,8 @@ description:
     processes; the new process is probed instead (V(restarted) or V(starting)). Reads that alternate between two
     processes are a load balancer, reported as V(unknown) with the advice to check the backends directly.
   - With O(kind=proxy) the module sends C(GET /v1/models) and nothing else.
-  - The verdict is returned as the module's result and as the fact C(vllm_health).
+  - The verdict is returned as the module's result and as the fact C(vllm_health). With O(servers), several servers are
+    checked at once, each in its own thread.
 author:
   - modelops.vllm maintainers
 extends_documentation_fragment:
@@ -46,6 +47,47 @@ attributes:
   facts:
     support: full
 options:
+  name:
+    description:
+      - A name for the server, the key of its verdict in the fact C(vllm_health_servers). Default is O(url).
+    type: str
+  servers:
+    description:
+      - Several servers to check at once, instead of O(url): for example every vLLM instance of one host, or, run
+        once on the controller, a whole fleet.
+      - Every server is checked in its own thread, so the waits between reads are paid once for all of them.
+      - Each item takes O(url) and optionally O(name), O(kind), O(api_key), O(model) and O(probe_api); the other
+        options are shared.
+      - The verdicts are returned in RV(servers) and RV(states), and as the fact C(vllm_health_servers).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: A name for this server (unique in the list). Default is its O(servers[].url).
+        type: str
+      url:
+        description: Base URL of this server.
+        type: str
+        required: true
+      kind:
+        description: As O(kind), for this server.
+        type: str
+        choices: [backend, proxy]
+      api_key:
+        description: As O(api_key), for this server. Never logged.
+        type: str
+      model:
+        description: As O(model), for this server.
+        type: str
+      probe_api:
+        description: As O(probe_api), for this server.
+        type: str
+        choices: [completions, chat]
+  workers:
+    description:
+      - With O(servers), how many servers are checked at the same time.
+    type: int
+    default: 64
   kind:
     description:
       - V(backend) is one vLLM server, judged from its C(/metrics).
@@ -119,6 +161,21 @@ EXAMPLES = r'''
     url: http://llm-proxy.example.com
     kind: proxy
 
+- name: Check both vLLM instances of this host in one task (the waits are paid once)
+  modelops.vllm.health:
+    servers:
+      - name: chat
+        url: http://127.0.0.1:8000
+      - name: embed
+        url: http://127.0.0.1:8001
+  register: instances
+
+- name: Check a whole fleet from the controller, all servers at once
+  modelops.vllm.health:
+    servers: "{{ groups['vllm'] | modelops.vllm.vllm_servers(hostvars) }}"
+  run_once: true
+  delegate_to: localhost
+
 - name: Fail when a server is stuck
   modelops.vllm.health:
     url: http://127.0.0.1:8000
@@ -142,32 +199,32 @@ state:
     - V(up) it answers but its load cannot be known (a proxy, or a server without usable metrics whose probe answered).
     - V(unknown) the check could not judge (metrics too slow or unreadable, no usable metrics and no probe answer,
       reads from alternating processes).
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: busy
 reason:
   description: One plain sentence saying why.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: 3 request(s) in flight and the engine moved within 5.0 s (generation_tokens_total, iteration_tokens_total_count); no probe sent
 url:
   description: The URL that was checked.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: http://127.0.0.1:8000
 kind:
   description: V(backend) or V(proxy), as asked.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: backend
 checked_at:
   description: When the check started, ISO 8601 UTC.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: '2026-11-30T04:12:00Z'
 probe:
   description: The one-token probe, if one was sent (the last one when there were two).
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: dict
   contains:
     sent:
@@ -204,53 +261,53 @@ probe:
       sample: 1
 running:
   description: Requests running (summed over engines) at the last read; null without metrics.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: float
   sample: 3.0
 waiting:
   description: Requests waiting (summed over engines) at the last read; null without metrics.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: float
   sample: 0.0
 kv_cache_usage:
   description: KV-cache usage 0..1 at the last read (the largest over engines).
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: float
   sample: 0.0071
 steps_per_second:
   description: Engine steps per second between the first and last read of the same process, when there were two.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: float
   sample: 1972.5
 generation_tokens_per_second:
   description: Generated tokens per second between the first and last read of the same process, when there were two.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: float
   sample: 5917.4
 restarted:
   description: Whether the serving process changed between reads.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: bool
   sample: false
 version:
   description: The vLLM version from C(/version), when it answered.
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: 0.32.0
 model:
   description: The served model name (from the probe, the metrics' C(model_name) label or C(/v1/models)).
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: tiny
 models:
   description: Model ids from C(/v1/models), when it was read (always for a proxy).
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: list
   elements: str
   sample: [tiny]
 stuck_engines:
   description: The data-parallel engines (the C(engine) label) found stuck; empty unless O(kind=backend) and V(stuck).
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: list
   elements: str
   sample: []
@@ -260,41 +317,70 @@ evidence:
       steps, generated tokens and per-engine numbers), C(moved) (per wait, per engine, what rose and by how much),
       C(probes), C(health) (the C(/health) answer, when asked), C(interval), C(idle_ticks) and C(notes).
     - For a proxy, C(models_answer) and C(seconds).
-  returned: always
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: dict
   sample: {"interval": 5.0, "moved": [{"0": {"vllm:generation_tokens_total": 18291.0}}], "notes": []}
+name:
+  description: The server's name (O(name), else its URL).
+  returned: when O(url) is given
+  type: str
+  sample: http://127.0.0.1:8000
+error:
+  description: Always null in a successful result; set in an item of RV(servers) whose check could not run as configured.
+  returned: when O(url) is given
+  type: str
+  sample: null
+servers:
+  description:
+    - With O(servers), one result per server, in the order given, each with the keys of a single check
+      (RV(state), RV(reason), RV(probe), ...) plus RV(name).
+  returned: when O(servers) is given
+  type: list
+  elements: dict
+  sample: [{"name": "chat", "state": "busy", "reason": "...", "url": "http://127.0.0.1:8000"}]
+states:
+  description: With O(servers), the verdict of each server by name.
+  returned: when O(servers) is given
+  type: dict
+  sample: {"chat": "busy", "embed": "idle"}
 ansible_facts:
   description: Facts to add to the host.
   returned: always
   type: dict
   contains:
     vllm_health:
-      description: The whole result above (state, reason, probe, readings, evidence, ...).
+      description: With O(url), the whole result above (state, reason, probe, readings, evidence, ...).
+      returned: when O(url) is given
+      type: dict
+    vllm_health_servers:
+      description: Every checked server's result by name (one entry with O(url)).
       returned: always
       type: dict
 '''
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SERVER, check_many, check_one
 from ansible_collections.modelops.vllm.plugins.module_utils._http import (
-    Client,
     DEFAULT_MAX_BYTES,
     HAS_REQUESTS,
     REQUESTS_IMPORT_ERROR,
-)
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
-    CheckError,
-    Judge,
-    check_proxy,
 )
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            url=dict(type='str', required=True),
+            url=dict(type='str'),
+            name=dict(type='str'),
+            servers=dict(type='list', elements='dict', options=dict(
+                name=dict(type='str'),
+                url=dict(type='str', required=True),
+                kind=dict(type='str', choices=['backend', 'proxy']),
+                api_key=dict(type='str', no_log=True),
+                model=dict(type='str'),
+                probe_api=dict(type='str', choices=['completions', 'chat']),
+            )),
             kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
             interval=dict(type='float', default=5.0),
             probe_timeout=dict(type='float', default=30.0),
@@ -305,37 +391,49 @@ def main():
             validate_certs=dict(type='bool', default=True),
             ca_path=dict(type='path'),
             model=dict(type='str'),
+            workers=dict(type='int', default=64),
         ),
+        required_one_of=[('url', 'servers')],
+        mutually_exclusive=[('url', 'servers')],
         supports_check_mode=True,
     )
     params = module.params
     if not HAS_REQUESTS:
         module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR)
-    for name in ('probe_timeout', 'metrics_timeout'):
-        if params[name] <= 0:
-            module.fail_json(msg='%s must be greater than 0, got %s' % (name, params[name]))
+    for option in ('probe_timeout', 'metrics_timeout'):
+        if params[option] <= 0:
+            module.fail_json(msg='%s must be greater than 0, got %s' % (option, params[option]))
     if params['interval'] < 0:
         module.fail_json(msg='interval must not be negative, got %s' % params['interval'])
     if params['metrics_max_bytes'] < 1024:
         module.fail_json(msg='metrics_max_bytes must be at least 1024, got %s' % params['metrics_max_bytes'])
+    if params['workers'] < 1:
+        module.fail_json(msg='workers must be at least 1, got %s' % params['workers'])
 
-    checked_at = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
-    try:
-        client = Client(params['url'], api_key=params['api_key'], validate_certs=params['validate_certs'],
-                        ca_path=params['ca_path'], metrics_timeout=params['metrics_timeout'],
-                        probe_timeout=params['probe_timeout'], max_bytes=params['metrics_max_bytes'],
-                        probe_api=params['probe_api'])
-        if params['kind'] == 'proxy':
-            result = check_proxy(client)
-        else:
-            result = Judge(client, interval=params['interval'], model=params['model'], sleep=time.sleep,
-                           clock=time.time, probe_timeout=params['probe_timeout'],
-                           metrics_timeout=params['metrics_timeout']).run()
-    except CheckError as exc:
-        module.fail_json(msg=str(exc), url=params['url'])
+    if params['url'] is not None:
+        result = check_one(params)
+        if result['error']:
+            module.fail_json(msg=result['error'], url=params['url'])
+        module.exit_json(changed=False, ansible_facts={'vllm_health': result,
+                                                       'vllm_health_servers': {result['name']: result}}, **result)
 
-    result.update(url=params['url'], kind=params['kind'], checked_at=checked_at)
-    module.exit_json(changed=False, ansible_facts={'vllm_health': result}, **result)
+    specs = []
+    for server in params['servers']:
+        spec = dict(params)
+        spec.update((key, server[key]) for key in PER_SERVER if server.get(key) is not None)
+        specs.append(spec)
+    names = [spec.get('name') or spec['url'] for spec in specs]
+    if len(set(names)) != len(names):
+        module.fail_json(msg='servers need unique names (or unique urls): %s' % ', '.join(names))
+    results = check_many(specs, workers=params['workers'])
+    by_name = dict((r['name'], r) for r in results)
+    states = dict((r['name'], r['state']) for r in results)
+    errors = [r for r in results if r.get('error')]
+    if errors:
+        module.fail_json(msg='the check cannot run as configured for %s' % '; '.join(
+            '%s (%s)' % (r['name'], r['error']) for r in errors), servers=results, states=states)
+    module.exit_json(changed=False, servers=results, states=states,
+                     ansible_facts={'vllm_health_servers': by_name})
 
 
 if __name__ == '__main__':
