@@ -70,7 +70,7 @@ def run_playbook(playbook_text, args=(), extra_env=None, timeout=900, inventory=
     cmd = [_bin('ansible-playbook'), '-i', inventory, path, '-e', 'out_dir=%s' % out_dir] + list(args)
     started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(extra_env), timeout=timeout,
-                          cwd=workdir, stdin=subprocess.DEVNULL)
+                          cwd=workdir, stdin=subprocess.DEVNULL, check=False)
     seconds = time.monotonic() - started
     outputs = {}
     for name in os.listdir(out_dir):

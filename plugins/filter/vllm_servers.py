@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 name: vllm_servers
 short_description: Build the O(modelops.vllm.health#module:servers) list of a fleet from the inventory
 version_added: 0.1.0
-author: modelops.vllm maintainers
+author: modelops.vllm maintainers (@modelops)
 description:
   - Takes host names and returns one server per host and instance for M(modelops.vllm.health)'s O(modelops.vllm.health#module:servers),
     following the collection's inventory conventions.
@@ -46,7 +46,6 @@ _value:
 '''
 
 from ansible.errors import AnsibleFilterError
-
 
 
 def _server(name, source, prefix, default_url):

@@ -10,9 +10,9 @@ DOCUMENTATION = r'''
 name: watchdog_instances
 short_description: The instances of the modelops.vllm.watchdog role, each with its settings filled in
 version_added: 0.1.0
-author: modelops.vllm maintainers
+author: modelops.vllm maintainers (@modelops)
 description:
-  - Takes C(vllm_watchdog_instances) and the single-instance settings, and returns one dict per instance: the
+  - Takes C(vllm_watchdog_instances) and the single-instance settings, and returns one dict per instance, the
     settings overridden by the instance's own keys. An empty list gives one instance made of the settings.
   - With O(keys), only those keys are kept (for example the ones M(modelops.vllm.health) takes in O(modelops.vllm.health#module:servers)).
 options:

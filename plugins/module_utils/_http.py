@@ -131,8 +131,8 @@ class Client(object):
         """One request with a whole-answer deadline; never raises but CheckError."""
         started = self.clock()
         outcome = {}
-        worker = threading.Thread(target=self._worker, args=(outcome, method, path, timeout, headers, auth,
-                                                              body, text_only))
+        args = (outcome, method, path, timeout, headers, auth, body, text_only)
+        worker = threading.Thread(target=self._worker, args=args)
         worker.daemon = True
         worker.start()
         # The worker's socket timeouts cut a silent server off; this cuts off one

@@ -41,6 +41,9 @@ FETCH_ERRORS = (
 )
 
 
+NO_PROBE = {'sent': False, 'ok': None, 'outcome': None, 'seconds': None, 'status': None, 'error': None, 'model': None}
+
+
 class CheckError(Exception):
     """The check cannot run as configured (TLS failure, a bad URL, ...)."""
 
@@ -201,10 +204,7 @@ class Judge(object):
             if last is not None and readings.same_process(reading, last)[0] is not False:
                 first = reading
                 break
-        probe = self.probes[-1] if self.probes else {'sent': False, 'ok': None, 'outcome': None,
-                                                      'seconds': None, 'status': None, 'error': None,
-                                                      'model': None}
-        probe = dict(probe, attempts=len(self.probes))
+        probe = dict(self.probes[-1] if self.probes else NO_PROBE, attempts=len(self.probes))
         result = {
             'state': state,
             'reason': reason,
@@ -461,8 +461,7 @@ def check_proxy(server):
     base = {'restarted': False, 'running': None, 'waiting': None, 'kv_cache_usage': None,
             'steps_per_second': None, 'generation_tokens_per_second': None, 'version': None,
             'stuck_engines': [],
-            'probe': {'sent': False, 'ok': None, 'outcome': None, 'seconds': None, 'status': None,
-                      'error': None, 'model': None, 'attempts': 0}}
+            'probe': dict(NO_PROBE, attempts=0)}
     ids = model_ids(fetched)
     evidence = {'models_answer': fetched.describe(),
                 'seconds': None if fetched.seconds is None else round(fetched.seconds, 4)}

@@ -21,7 +21,7 @@ description:
   - The engine "moved" when any engine counter rose (steps, step tokens, prompt and generated tokens, finished requests,
     preemptions, estimated FLOPs) or the KV-cache gauge changed. In vLLM V1 the step counter does not move during a long
     chunked prefill, while the KV-cache gauge does, so a long prefill is V(busy), not V(stuck).
-  - V(stuck) needs evidence: work in flight and nothing moved across two waits in a row, or an idle-looking engine that
+  - V(stuck) needs evidence. Work in flight and nothing moved across two waits in a row, or an idle-looking engine that
     got no answer to two probes while nothing moved. A timeout of the module's own request is never enough.
   - A restart between two reads (new C(process_start_time_seconds); where that is absent, as with C(--api-server-count 2),
     changed C(*_created) values or a counter that went down) is never judged by comparing counters across the two
@@ -31,7 +31,7 @@ description:
   - The verdict is returned as the module's result and as the fact C(vllm_health). With O(servers), several servers are
     checked at once, each in its own thread.
 author:
-  - modelops.vllm maintainers
+  - modelops.vllm maintainers (@modelops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
@@ -44,6 +44,8 @@ attributes:
         since without it a hang while idle cannot be seen.
   diff_mode:
     support: none
+  platform:
+    platforms: posix
   facts:
     support: full
 options:
@@ -53,7 +55,7 @@ options:
     type: str
   servers:
     description:
-      - Several servers to check at once, instead of O(url): for example every vLLM instance of one host, or, run
+      - Several servers to check at once, instead of O(url). For example every vLLM instance of one host, or, run
         once on the controller, a whole fleet.
       - Every server is checked in its own thread, so the waits between reads are paid once for all of them.
       - Each item takes O(url) and optionally O(name), O(kind), O(api_key), O(model) and O(probe_api); the other

@@ -26,7 +26,7 @@ description:
     RV(action=fail). A pause (O(paused), or a pause file) reports only.
   - It does not restart anything itself; the role does, when RV(action=restart).
 author:
-  - modelops.vllm maintainers
+  - modelops.vllm maintainers (@modelops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -36,6 +36,8 @@ attributes:
       - In check mode it decides and returns the action, and records nothing.
   diff_mode:
     support: none
+  platform:
+    platforms: posix
 options:
   name:
     description:

@@ -58,8 +58,8 @@ def expo(engines=None, start=1796004614.13, created=1796004644.44, model='tiny',
         out.append('# TYPE vllm:engine_sleep_state gauge')
         for key, e in sorted(engines.items()):
             out.append('vllm:engine_sleep_state%s %r' % (lab(key, ',sleep_state="awake"'), float(e['awake'])))
-            out.append('vllm:engine_sleep_state%s %r' % (lab(key, ',sleep_state="weights_offloaded"'),
-                                                          float(1 - e['awake'])))
+            asleep = float(1 - e['awake'])
+            out.append('vllm:engine_sleep_state%s %r' % (lab(key, ',sleep_state="weights_offloaded"'), asleep))
         series('vllm:kv_cache_usage_perc', 'gauge', 'kv')
     for name, field in (('vllm:generation_tokens', 'gen'), ('vllm:prompt_tokens', 'prompt'),
                         ('vllm:estimated_flops_per_gpu', 'flops')):

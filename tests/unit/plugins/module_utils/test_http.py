@@ -243,6 +243,7 @@ def test_ca_path_verifies(tls_server):
     assert fetched.status == 200 and fetched.text == METRICS
 
 
+@pytest.mark.filterwarnings('ignore::urllib3.exceptions.InsecureRequestWarning')
 def test_validate_certs_false_skips_verification(tls_server):
     url, dummy = tls_server
     assert Client(url, validate_certs=False).metrics().status == 200
