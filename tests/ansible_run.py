@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from conftest import collections_root  # noqa: E402  pylint: disable=wrong-import-position
+from modelops_paths import collections_root  # noqa: E402  pylint: disable=wrong-import-position
 
 COLLECTIONS = collections_root()
 

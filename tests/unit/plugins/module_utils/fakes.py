@@ -5,7 +5,7 @@ import os
 
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Fetched
 
-from conftest import FIXTURES
+from modelops_paths import FIXTURES
 
 
 def capture(name):

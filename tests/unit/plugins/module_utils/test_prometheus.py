@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError, parse
 
-from conftest import FIXTURES
+from modelops_paths import FIXTURES
 
 CAPTURES = sorted(glob.glob(os.path.join(FIXTURES, '*.prom')))
 
