@@ -1,0 +1,42 @@
+"""Fixtures of the simulator's tests: one simulator process per test session.
+
+Ports: the simulator allocates its control port and every server port from
+19000-19999 (loopback only), skipping ports that are taken.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+for _path in (str(REPO), str(HERE)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from tests.simulator.client import SimulatorProcess  # noqa: E402  pylint: disable=wrong-import-position
+from simhelpers import FIXTURES, PORT_RANGE  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+
+@pytest.fixture(scope="session")
+def sim_process():
+    proc = SimulatorProcess(port_range=PORT_RANGE)
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def sim(sim_process):
+    """The control client; every server a test created is deleted after it."""
+    client = sim_process.client
+    yield client
+    client.delete_all()
+
+
+@pytest.fixture
+def fixtures_dir():
+    if not FIXTURES.is_dir():
+        pytest.skip(f"real captures not found at {FIXTURES}")
+    return FIXTURES
