@@ -27,7 +27,6 @@ import re
 # A metric name, then optionally {labels}, then a value, then optionally a timestamp.
 _NAME = r'[a-zA-Z_:][a-zA-Z0-9_:]*'
 _NAME_RE = re.compile(_NAME + r'\Z')
-_LABEL_PAIR_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|\Z)', re.S)
 _ESCAPE_RE = re.compile(r'\\(.)', re.S)
 _ESCAPES = {'\\': '\\', '"': '"', 'n': '\n'}
 
@@ -72,52 +71,35 @@ def parse_value(text):
         return special
 
 
+# One sample line: name, optional {labels}, value, optional timestamp. The label set is checked
+# whole by the pattern (quoted values may hold any character, escaped as \\, \" and \n).
+_LABEL_VALUE = r'"(?:[^"\\]|\\.)*"'
+_LABEL_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*' + _LABEL_VALUE + r'\s*'
+_LABEL_LIST = r'\s*(?:' + _LABEL_PAIR + r'(?:,\s*' + _LABEL_PAIR + r')*(?:,\s*)?)?'
+_SAMPLE_RE = re.compile(r'([^{\s]+)\s*(?:\{(' + _LABEL_LIST + r')\})?\s*(.*)\Z', re.S)
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"', re.S)
+
+
 def _parse_labels(body, line_no, line):
-    """Parse the inside of {...}: 'a="x",b="y"' (a trailing comma is allowed)."""
-    labels = []
-    pos = 0
-    end = len(body)
-    while pos < end:
-        match = _LABEL_PAIR_RE.match(body, pos)
-        if match is None:
-            if body[pos:].strip() == '':
-                break
-            raise ExpositionError(line_no, 'malformed label set', line)
-        labels.append((match.group(1), _unescape(match.group(2))))
-        pos = match.end()
-    names = [name for name, dummy in labels]
-    if len(set(names)) != len(names):
+    """The (name, value) pairs of a label set the sample pattern has already checked."""
+    pairs = _LABEL_RE.findall(body)
+    if '\\' in body:
+        pairs = [(name, _unescape(value)) for name, value in pairs]
+    if len(pairs) > 1 and len(set(name for name, dummy in pairs)) != len(pairs):
         raise ExpositionError(line_no, 'label name repeated', line)
-    return tuple(labels)
+    return tuple(pairs)
 
 
 def _split_sample(line, line_no):
     """Split one sample line into (name, raw_labels or None, rest)."""
-    brace = line.find('{')
-    if brace == -1:
-        parts = line.split(None, 1)
-        if len(parts) != 2:
-            raise ExpositionError(line_no, 'sample without a value', line)
-        return parts[0], None, parts[1]
-    # Find the closing brace outside quoted label values.
-    pos = brace + 1
-    in_quotes = False
-    length = len(line)
-    while pos < length:
-        char = line[pos]
-        if in_quotes:
-            if char == '\\':
-                pos += 1
-            elif char == '"':
-                in_quotes = False
-        elif char == '"':
-            in_quotes = True
-        elif char == '}':
-            break
-        pos += 1
-    else:
-        raise ExpositionError(line_no, 'unterminated label set', line)
-    return line[:brace].rstrip(), line[brace + 1:pos], line[pos + 1:]
+    match = _SAMPLE_RE.match(line)
+    if match is None or (match.group(2) is None and '{' in line):
+        if '{' in line and '}' not in line[line.index('{'):]:
+            raise ExpositionError(line_no, 'unterminated label set', line)
+        raise ExpositionError(line_no, 'malformed label set', line)
+    if not match.group(3):
+        raise ExpositionError(line_no, 'sample without a value', line)
+    return match.groups()
 
 
 def parse(text, wanted=None):
@@ -145,8 +127,11 @@ def parse(text, wanted=None):
             continue
         if line[0] == '#':
             continue
-        if line.lstrip()[:1] == '<':
+        first = line.lstrip()[:1]
+        if first == '<':
             raise ExpositionError(line_no, 'this is HTML, not Prometheus text', line)
+        if first in ('{', '['):
+            raise ExpositionError(line_no, 'this looks like JSON, not Prometheus text', line)
         name, raw_labels, rest = _split_sample(line, line_no)
         if not _NAME_RE.match(name):
             raise ExpositionError(line_no, 'invalid metric name', line)
@@ -162,7 +147,7 @@ def parse(text, wanted=None):
         if keep is not None and not keep(name):
             continue
         labels = () if raw_labels is None else _parse_labels(raw_labels, line_no, line)
-        key = (name, tuple(sorted(labels)))
+        key = (name, raw_labels) if len(labels) < 2 else (name, tuple(sorted(labels)))
         if key in seen:
             raise ExpositionError(line_no, 'the same series appears twice', line)
         seen.add(key)

@@ -85,7 +85,9 @@ def test_valid_inputs(text, expected):
     ('x 1 2 3\n', 'expected a value'),
     ('x 1 notatime\n', 'invalid value'),
     ('9x 1\n', 'invalid metric name'),
-    ('{"error": "not found"}\n', 'invalid metric name'),
+    ('{"error": "not found"}\n', 'JSON'),
+    ('x{a="1"b="2"} 1\n', 'malformed label'),
+    ('x{a="1",,b="2"} 1\n', 'malformed label'),
 ])
 def test_invalid_inputs_raise_with_line_and_reason(text, reason):
     with pytest.raises(ExpositionError) as info:
