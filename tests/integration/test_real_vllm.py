@@ -1,9 +1,12 @@
-"""The vLLM facts the collection relies on, checked against a real vLLM 0.32 (CPU) server.
+"""Real vLLM 0.32 (CPU) servers: the vLLM facts the collection relies on, and the verdicts of
+``modelops.vllm.health`` run through ``ansible-playbook`` exactly as users run it.
 
 Each class is one server configuration (a start costs 20-40 s on 2 cores), stopped when the
-class is done so that at most one runs at a time. /metrics is read with plain ``requests`` and
-the tiny parser below (exact sample names), never with the collection's own code, so these
-tests say what vLLM does, not what the collection believes.
+class is done so that at most one runs at a time. The plain tests read /metrics with
+plain ``requests`` and the tiny parser below (exact sample names), never with the collection's own
+code, so they say what vLLM does, not what the collection believes. The ``test_module_*`` tests
+drive the module in the same states and check its verdict; the server's own http_requests_total
+proves what the check sent.
 
 Run: ``pytest -m vllm tests/integration/test_real_vllm.py -v``.
 """
@@ -11,17 +14,20 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
+import threading
 import time
 
 import pytest
 import requests
 
 from vllm_server import long_prompt  # tests/harness, put on sys.path by conftest.py
+from ansible_run import health  # tests/, runs ansible-playbook with this checkout
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
-API_KEY = "secret"
+API_KEY = "sk-modelops-test-0123456789"  # long enough that finding it in output is no coincidence
 LONG = 20000  # max_tokens that keeps a request decoding for tens of seconds (ignore_eos)
 PREFILL_TOKENS = 16000  # ~12-15 s of prefill with --max-num-batched-tokens 4 on this machine
 
@@ -78,6 +84,43 @@ def assert_probe_ok(resp: requests.Response) -> None:
     body = resp.json()
     assert body["usage"]["completion_tokens"] >= 1, body
     assert body["choices"][0]["finish_reason"], body
+
+
+def inference_requests(srv) -> float:
+    """The server's own count of answered /v1/completions and /v1/chat/completions requests."""
+    text = requests.get(srv.url + "/metrics", timeout=15).text
+    found = 0.0
+    for labels, value in re.findall(r'^http_requests_total\{([^}]*)\}\s+(\S+)', text, re.M):
+        if 'method="POST"' in labels and ('handler="/v1/completions"' in labels
+                                          or 'handler="/v1/chat/completions"' in labels):
+            found += float(value)
+    return found
+
+
+def metrics_reads(srv) -> int:
+    """GET /metrics requests in the server's access log (vLLM does not count them in its metrics)."""
+    with open(srv.log_path, errors="replace") as handle:
+        return handle.read().count('"GET /metrics HTTP/1.1"')
+
+
+def signal_module(marker: str, signum) -> list:
+    """Signal the running Ansible module processes whose command line holds ``marker``."""
+    hit = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            try:
+                os.kill(int(pid), signum)
+                hit.append(int(pid))
+            except ProcessLookupError:
+                pass
+    return hit
 
 
 def connection_refused(port: int) -> bool:
@@ -198,6 +241,78 @@ class TestDefaultServer:
         assert requests.get(url + "/v1/models", timeout=10).status_code == 401
         assert_probe_ok(probe(default_server))  # with the key
 
+    # -- modelops.vllm.health on this server ----------------------------------------------
+
+    def test_module_idle_probes_with_the_key_and_never_shows_it(self, default_server):
+        before = inference_requests(default_server)
+        result, run = health({"url": default_server.url, "api_key": API_KEY, "interval": 1}, args=["-vvv"])
+        assert result["state"] == "idle", result["reason"]
+        assert result["probe"]["sent"] is True and result["probe"]["ok"] is True
+        assert result["model"] == "tiny" and result["version"] == "0.32.0"
+        assert result["ansible_facts"]["vllm_health"]["state"] == "idle"
+        assert inference_requests(default_server) == before + 1  # exactly the one probe
+        assert API_KEY not in run.stdout + run.stderr
+        assert "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" in run.stdout
+
+    def test_module_without_the_key_the_probe_is_rejected_not_stuck(self, default_server):
+        result, run = health({"url": default_server.url})
+        assert result["state"] == "unknown", result["reason"]
+        assert "api_key" in result["reason"] and result["probe"]["status"] == 401
+
+    def test_module_busy_sends_no_inference_request(self, default_server):
+        with default_server.start_completions(3, LONG) as load:
+            default_server.wait_running(3)
+            before = inference_requests(default_server)
+            result, run = health({"url": default_server.url, "api_key": API_KEY, "interval": 2})
+            after = inference_requests(default_server)
+            assert not load.done()
+        assert result["state"] == "busy", result["reason"]
+        assert result["probe"]["sent"] is False
+        assert result["running"] == 3
+        assert result["steps_per_second"] > 0 and result["generation_tokens_per_second"] > 0
+        assert after == before, "the check sent an inference request to a busy server"
+        assert len(result["evidence"]["reads"]) == 2
+        default_server.wait_idle(timeout=60)
+
+    def test_module_check_mode_busy(self, default_server):
+        with default_server.start_completions(2, LONG):
+            default_server.wait_running(2)
+            result, run = health({"url": default_server.url, "api_key": API_KEY, "interval": 2},
+                                 args=["--check"])
+        assert run.rc == 0
+        assert result["state"] == "busy" and result["changed"] is False
+        default_server.wait_idle(timeout=60)
+
+    def test_module_stuck_with_work_in_flight(self, default_server):
+        with default_server.start_completions(2, LONG):
+            default_server.wait_running(2)
+            default_server.hang()
+            try:
+                before = inference_requests(default_server)
+                result, run = health({"url": default_server.url, "api_key": API_KEY, "interval": 2})
+                after = inference_requests(default_server)
+            finally:
+                default_server.resume()
+        assert result["state"] == "stuck", result["reason"]
+        assert result["probe"]["sent"] is False and after == before
+        assert result["stuck_engines"] == ["0"]
+        assert result["evidence"]["moved"] == [{"0": {}}, {"0": {}}]
+        assert result["evidence"]["health"] == "HTTP 200"  # /health stays 200 during a hang
+        default_server.wait_idle(timeout=60)
+
+    def test_module_stuck_while_idle(self, default_server):
+        default_server.wait_idle(timeout=60)
+        default_server.hang()
+        try:
+            result, run = health({"url": default_server.url, "api_key": API_KEY, "interval": 1,
+                                  "probe_timeout": 3})
+        finally:
+            default_server.resume()
+        assert result["state"] == "stuck", result["reason"]
+        assert result["probe"]["attempts"] == 2 and result["probe"]["ok"] is False
+        assert result["running"] == 0
+        default_server.wait_idle(timeout=60)
+
     def test_restart_new_start_time_and_counters_back_to_zero(self, default_server):
         assert_probe_ok(probe(default_server))
         a = read(default_server)
@@ -218,6 +333,44 @@ class TestDefaultServer:
         common = set(created_a) & set(created_b)
         assert common and all(created_b[k] > created_a[k] for k in common)
         assert_probe_ok(probe(default_server))
+
+    def test_module_restart_between_reads(self, default_server):
+        with default_server.start_completions(2, LONG):
+            default_server.wait_running(2)
+            outcome = {}
+
+            def check():
+                outcome["result"], outcome["run"] = health(
+                    {"url": default_server.url, "api_key": API_KEY, "interval": 5, "probe_timeout": 20})
+
+            # The first read sees work in flight. Then the check is paused (SIGSTOP) while the
+            # server restarts, however long that takes here, and resumed: its wait is over and its
+            # next read meets the new process.
+            reads_before = metrics_reads(default_server)
+            thread = threading.Thread(target=check)
+            thread.start()
+            deadline = time.monotonic() + 120
+            while metrics_reads(default_server) <= reads_before and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert metrics_reads(default_server) > reads_before, "the check never read /metrics"
+            paused = signal_module("AnsiballZ_health", signal.SIGSTOP)
+            try:
+                assert paused, "no running health module found"
+                default_server.restart()
+            finally:
+                signal_module("AnsiballZ_health", signal.SIGCONT)
+            thread.join(240)
+        result = outcome["result"]
+        assert result["state"] == "restarted", result["reason"]
+        assert result["restarted"] is True
+        assert "process_start_time_seconds changed" in result["reason"]
+        assert result["probe"]["ok"] is True
+
+    def test_module_stopped_server_is_down(self, default_server):
+        default_server.stop()
+        result, run = health({"url": default_server.url})
+        assert result["state"] == "down", result["reason"]
+        assert "connection refused" in result["reason"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,12 +434,44 @@ class TestSmallBatchServer:
         assert steps(after) > steps(before)
 
 
+    def test_module_full_batch_with_a_queue_is_busy_without_probe(self, small_batch_server):
+        small_batch_server.wait_idle(timeout=60)
+        with small_batch_server.start_completions(3, LONG):
+            small_batch_server.wait_running(2, 1, timeout=60)
+            before = inference_requests(small_batch_server)
+            result, run = health({"url": small_batch_server.url, "interval": 2})
+            after = inference_requests(small_batch_server)
+        assert result["state"] == "busy", result["reason"]
+        assert result["running"] == 2 and result["waiting"] == 1
+        assert result["probe"]["sent"] is False and after == before
+        small_batch_server.wait_idle(timeout=60)
+
+    def test_module_prefill_with_frozen_step_counter_is_busy(self, small_batch_server):
+        small_batch_server.wait_idle(timeout=60)
+        prompt = long_prompt(PREFILL_TOKENS, seed=3)
+        with small_batch_server.start_completions(1, 1, prompt=prompt, timeout=300) as load:
+            small_batch_server.wait_running(1, 0, timeout=30)
+            result, run = health({"url": small_batch_server.url, "interval": 2})
+            prefilling = not load.done()
+        assert prefilling, "the prefill ended before the check: make the prompt longer"
+        assert result["state"] == "busy", result["reason"]
+        moved = result["evidence"]["moved"][0]["0"]
+        assert "vllm:kv_cache_usage_perc" in moved
+        assert "vllm:iteration_tokens_total_count" not in moved, "the step counter moved during a prefill"
+        assert result["probe"]["sent"] is False
+
+
 # --------------------------------------------------------------------------------------------
 # --api-server-count 2 (multiprocess Prometheus registry).
 
+@pytest.fixture(scope="class")
+def two_api_servers(vllm_server_class):
+    return vllm_server_class(api_server_count=2)
+
+
 class TestTwoApiServers:
-    def test_no_process_start_time_and_no_created_series(self, vllm_server):
-        srv = vllm_server(api_server_count=2)
+    def test_no_process_start_time_and_no_created_series(self, two_api_servers):
+        srv = two_api_servers
         fresh = requests.get(srv.url + "/metrics", timeout=15).text
         assert "# TYPE vllm:num_requests_running gauge" in fresh
         # A fresh multiprocess server has no running/waiting sample until the engine reports.
@@ -299,6 +484,16 @@ class TestTwoApiServers:
         assert not [k for k in s if k[0] == "process_start_time_seconds"]
         assert not [k for k in s if k[0].endswith("_created")]
         assert not re.search(r"^process_start_time_seconds", text, re.M)
+
+
+    def test_module_idle_and_busy_without_start_time(self, two_api_servers):
+        idle, run = health({"url": two_api_servers.url, "interval": 1})
+        assert idle["state"] == "idle", idle["reason"]
+        assert all(r["process_start_time"] is None for r in idle["evidence"]["reads"])
+        with two_api_servers.start_completions(2, LONG):
+            two_api_servers.wait_running(2)
+            busy, run = health({"url": two_api_servers.url, "interval": 2})
+        assert busy["state"] == "busy", busy["reason"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,6 +511,12 @@ class TestNoStatsServer:
         assert r.status_code == 200
         assert not vllm_samples(parse(r.text))
         assert "vllm:" not in r.text
+
+    def test_module_no_vllm_series_is_up_by_probe(self, no_stats_server):
+        result, run = health({"url": no_stats_server.url})
+        assert result["state"] == "up", result["reason"]
+        assert result["probe"]["ok"] is True
+        assert "no vllm: series" in result["reason"]
 
     def test_stopped_server_refuses_connections(self, no_stats_server):
         port = no_stats_server.port
