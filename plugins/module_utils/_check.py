@@ -44,7 +44,7 @@ def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client):
     return result
 
 
-def check_many(specs, workers=64, **kwargs):
+def check_many(specs, workers=256, **kwargs):
     """Check every spec concurrently (at most ``workers`` at a time); results in the order of specs."""
     results = [None] * len(specs)
     pending = list(enumerate(specs))

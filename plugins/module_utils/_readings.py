@@ -256,10 +256,10 @@ def same_process(before, after):
     The ladder of vllm-facts.md: start time; else the *_created values; else
     any counter that went down.
     """
-    if before.start_time is not None and after.start_time is not None:
-        if before.start_time != after.start_time:
-            return False, 'process_start_time_seconds changed from %s to %s' % (before.start_time, after.start_time)
-        return True, 'same process_start_time_seconds'
+    has_start = before.start_time is not None and after.start_time is not None
+    if has_start and before.start_time != after.start_time:
+        return False, 'process_start_time_seconds changed from %s to %s' % (before.start_time, after.start_time)
+    # The start time has a resolution of 10 ms: two processes can share it, so look further.
     common = set(before.created) & set(after.created)
     changed = [k for k in common if before.created[k] != after.created[k]]
     if changed:
@@ -271,6 +271,8 @@ def same_process(before, after):
         for name, value in new.counters.items():
             if name in old.counters and value < old.counters[name]:
                 return False, '%s went down on engine %s (%s -> %s)' % (name, key, old.counters[name], value)
+    if has_start:
+        return True, 'same process_start_time_seconds'
     if common:
         return True, 'same *_created values'
     return None, 'no start time or *_created series; no counter went down'

@@ -316,6 +316,11 @@ class Judge(object):
     def idle_path(self, before, attempt=1):
         outcome, fetched = self.probe()
         if outcome == 'ok':
+            # The probe must have been answered by the process whose counters were read: behind a
+            # load balancer it may not have been.
+            after, failed = self.read()
+            if after is not None and readings.same_process(before, after)[0] is False:
+                return self.restarted_path(before, after, readings.same_process(before, after)[1])
             if attempt == 1:
                 return self.finish('idle', 'nothing in flight and a one-token probe answered in %.2f s'
                                    % (fetched.seconds or 0.0))
@@ -417,12 +422,14 @@ class Judge(object):
         # A load balancer alternates between processes; a restart does not come back.
         if readings.start_time_order(before, after) == -1:
             return self.balanced(how)
+        # A restart gives one new process that stays put across reads taken back to back; reads
+        # behind a load balancer come back to the first process or move on to yet another one.
         latest = after
         for dummy in range(2):
             again, failed = self.read()
             if again is None:
                 break
-            if readings.same_process(before, again)[0] is True:
+            if readings.same_process(before, again)[0] is True or readings.same_process(latest, again)[0] is False:
                 return self.balanced(how)
             latest = again
         self.restarted = True

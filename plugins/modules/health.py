@@ -87,9 +87,10 @@ options:
         choices: [completions, chat]
   workers:
     description:
-      - With O(servers), how many servers are checked at the same time.
+      - With O(servers), how many servers are checked at the same time (threads). Keep it at least the number
+        of servers, or the waits between reads are paid more than once.
     type: int
-    default: 64
+    default: 256
   kind:
     description:
       - V(backend) is one vLLM server, judged from its C(/metrics).
@@ -393,7 +394,7 @@ def main():
             validate_certs=dict(type='bool', default=True),
             ca_path=dict(type='path'),
             model=dict(type='str'),
-            workers=dict(type='int', default=64),
+            workers=dict(type='int', default=256),
         ),
         required_one_of=[('url', 'servers')],
         mutually_exclusive=[('url', 'servers')],

@@ -49,7 +49,7 @@ def test_idle_real_capture_probe_answered():
     assert result['probe']['sent'] is True and result['probe']['ok'] is True
     assert result['probe']['model'] == 'tiny'
     assert result['_sleeps'] == []
-    assert server.count('metrics') == 1
+    assert server.count('metrics') == 2  # before the probe, and after it: same process
     assert server.count('models') == 0  # the model name came from the metrics labels
     assert result['version'] == '0.32.0' and result['model'] == 'tiny'
 
@@ -242,6 +242,39 @@ def test_alternating_processes_are_a_load_balancer():
     server = FakeServer([busy(100, start=1000.0), busy(50, start=2000.0), busy(120, start=1000.0)])
     result = judge(server)
     assert result['state'] == 'unknown' and 'load balancer' in result['reason']
+
+
+def test_four_backends_behind_a_balancer_move_on_and_never_come_back():
+    # Reads land on A, B, C, D: each new read is yet another process, which no restart does.
+    server = FakeServer([busy(100, start=1000.0), busy(50, start=2000.0), busy(70, start=3000.0),
+                         busy(90, start=4000.0)])
+    result = judge(server)
+    assert result['state'] == 'unknown' and 'load balancer' in result['reason']
+    assert result['restarted'] is False
+
+
+def test_balancer_of_multiprocess_backends_is_seen_by_counters_going_down_again():
+    def mp(gen):
+        return expo({'0': engine(running=2, steps=gen, gen=gen)}, start=None, created=None)
+    server = FakeServer([mp(80), mp(60), mp(85), mp(62)])
+    result = judge(server)
+    assert result['state'] == 'unknown' and 'load balancer' in result['reason']
+
+
+def test_idle_probe_answered_by_another_process_is_not_idle():
+    # The probe answered, but the read after it came from another process that alternates back.
+    server = FakeServer([busy(0, running=0, start=1000.0), busy(0, running=0, start=2000.0),
+                         busy(0, running=0, start=1000.0)])
+    result = judge(server)
+    assert result['state'] == 'unknown' and 'load balancer' in result['reason']
+
+
+def test_equal_start_times_but_other_created_values_are_two_processes():
+    from ansible_collections.modelops.vllm.plugins.module_utils import _readings as r
+    a = r.read_text(expo({'0': engine(running=1, steps=5)}, start=1000.0, created=10.0))
+    b = r.read_text(expo({'0': engine(running=1, steps=9)}, start=1000.0, created=20.0))
+    assert r.same_process(a, b)[0] is False
+    assert r.same_process(a, a)[0] is True
 
 
 def test_multiprocess_fresh_server_has_no_gauges_and_is_probed():
