@@ -227,6 +227,19 @@ def _write_history(path, history):
         raise
 
 
+def _pause_note(state_dir, name):
+    """'pause file PATH: first line' when a pause file exists, else None."""
+    for path in (os.path.join(state_dir, '%s.paused' % name), os.path.join(state_dir, 'paused')):
+        if os.path.exists(path):
+            try:
+                with open(path) as handle:
+                    first = handle.read(300).strip().splitlines()
+            except (IOError, OSError):
+                first = []
+            return 'pause file %s%s' % (path, ': %s' % first[0] if first else '')
+    return None
+
+
 def _lock(handle, timeout):
     started = time.time()
     while True:
@@ -280,16 +293,20 @@ def main():
         except OSError as exc:
             module.fail_json(msg='cannot create state_dir %s: %s' % (state_dir, exc))
 
-    paused = p['paused'] or os.path.exists(os.path.join(state_dir, 'paused')) \
-        or os.path.exists(os.path.join(state_dir, '%s.paused' % name))
     lock_path = os.path.join(state_dir, '%s.lock' % name)
     history_path = os.path.join(state_dir, '%s.json' % name)
     with open(lock_path, 'a') as lock_handle:
         waited = _lock(lock_handle, p['lock_timeout'])
         if waited is None:
             module.fail_json(msg='another watchdog run holds %s for more than %s s' % (lock_path, p['lock_timeout']))
+        # The pause is read under the lock: a rollout that pauses the watchdog and then waits for
+        # this lock knows that no restart is decided after its pause.
+        pause_note = _pause_note(state_dir, name)
+        paused = p['paused'] or pause_note is not None
         decision = decide(p['state'], p['service'], _read_history(history_path), time.time(), settings,
                           paused=paused)
+        if pause_note:
+            decision['reason'] += ' (%s)' % pause_note
         history = decision['history']
         history['last_reason'] = p['reason'][:500]
         history['last_action'] = decision['action']
