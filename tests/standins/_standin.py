@@ -1,0 +1,509 @@
+# -*- coding: utf-8 -*-
+"""Stand-ins for ``systemctl``, ``journalctl`` and ``docker`` that act on simulated vLLM servers.
+
+The executables ``systemctl``, ``journalctl`` and ``docker`` next to this file run
+``main(<tool>, argv)``. Put this directory first on ``PATH`` and the watchdog role's commands
+reach these stand-ins instead of the real service managers. Every call:
+
+* appends its exact argv (``[tool, arg1, ...]``) as one JSON line to ``$MODELOPS_STANDIN_LOG``
+  (or the config's ``"log"``), with the time and pid;
+* answers from the JSON file named by ``$MODELOPS_STANDIN_CONFIG``::
+
+    {
+      "control_url": "http://127.0.0.1:21000",     # the simulator's control API
+      "log": "/tmp/x/standins.log",                # optional; $MODELOPS_STANDIN_LOG wins
+      "services": {
+        "vllm": {                                  # unit, container or compose service name
+          "server": "s1",                          # the simulator server id it runs
+          "state": "running",                      # running | failed | exited | activating | auto-restart | auto
+          "started_at": 1796004614.2,              # epoch seconds of the last start (null: never)
+          "load_seconds": 1.0,                     # a restart closes the port this long (weights load)
+          "container_id": "4f1c...",               # docker/compose: the container id (default: derived)
+          "project_dir": "/srv/vllm",              # compose: the project directory it belongs to
+          "restart_rc": 0,                         # exit status of a restart (non-zero: it fails, nothing restarts)
+          "logs": ["INFO ... line", ...]           # extra lines for journalctl / docker logs
+        }
+      }
+    }
+
+``"state": "auto"`` asks the simulator instead: a server that listens or is loading is
+running since its process start time, a stopped one has failed.
+
+A restart (``systemctl restart``, ``docker restart``, ``docker compose ... restart``) calls the
+simulator's control API (``POST /servers/<id>/state {"state": "restart", "load_seconds": ...}``)
+and records in the config file that the service runs again since now (``state`` running,
+``started_at`` now, ``restarts`` + 1), so that status commands afterwards see the new start,
+like a real service manager. Nothing here ever calls a real service manager: without
+``$MODELOPS_STANDIN_CONFIG`` every call fails.
+
+Standard library only; Python 3.6+.
+"""
+
+from __future__ import print_function
+
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+
+from urllib.error import HTTPError, URLError
+from urllib.request import ProxyHandler, Request, build_opener
+
+CONFIG_ENV = 'MODELOPS_STANDIN_CONFIG'
+LOG_ENV = 'MODELOPS_STANDIN_LOG'
+
+SYSTEMD_STATES = {
+    # state: (ActiveState, SubState)
+    'running': ('active', 'running'),
+    'failed': ('failed', 'failed'),
+    'exited': ('inactive', 'dead'),
+    'stopped': ('inactive', 'dead'),
+    'inactive': ('inactive', 'dead'),
+    'activating': ('activating', 'start'),
+    'auto-restart': ('activating', 'auto-restart'),
+}
+
+
+class StandinError(Exception):
+    """Print the message on stderr and exit with ``rc``."""
+
+    def __init__(self, message, rc=1):
+        super(StandinError, self).__init__(message)
+        self.rc = rc
+
+
+# --------------------------------------------------------------------------- config, log
+
+def _config_path():
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        raise StandinError('standin: $%s is not set: refusing to act (this is a test stand-in, not the real '
+                           'tool)' % CONFIG_ENV, 2)
+    return path
+
+
+class Config(object):
+    """The config file, locked for the duration of a call (restarts rewrite it)."""
+
+    def __init__(self, path):
+        self.path = path
+        self._lock = open(path + '.lock', 'a')
+        fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX)
+        try:
+            with open(path) as handle:
+                self.data = json.load(handle)
+        except (IOError, OSError, ValueError) as exc:
+            self.close()
+            raise StandinError('standin: cannot read %s: %s' % (path, exc), 2)
+        self.dirty = False
+
+    @property
+    def services(self):
+        return self.data.setdefault('services', {})
+
+    def service(self, name):
+        return self.services.get(name)
+
+    def save(self):
+        tmp = '%s.%d.tmp' % (self.path, os.getpid())
+        with open(tmp, 'w') as handle:
+            json.dump(self.data, handle, indent=1, sort_keys=True)
+        os.rename(tmp, self.path)
+
+    def close(self):
+        if self.dirty:
+            self.save()
+        if self._lock is not None:
+            fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+
+def log_call(tool, argv):
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        try:
+            with open(os.environ.get(CONFIG_ENV, '')) as handle:
+                path = json.load(handle).get('log')
+        except (IOError, OSError, ValueError):
+            path = None
+    if not path:
+        return
+    line = json.dumps({'argv': [tool] + list(argv), 'time': round(time.time(), 3), 'pid': os.getpid()}) + '\n'
+    with open(path, 'a') as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        handle.write(line)
+        handle.flush()
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- simulator
+
+def _control(config, method, path, body=None, timeout=10):
+    url = config.data.get('control_url')
+    if not url:
+        raise StandinError('standin: no "control_url" in %s' % config.path, 2)
+    data = None if body is None else json.dumps(body).encode('utf-8')
+    req = Request(url.rstrip('/') + path, data=data, method=method, headers={'Content-Type': 'application/json'})
+    try:
+        with build_opener(ProxyHandler({})).open(req, timeout=timeout) as resp:
+            raw = resp.read()
+    except HTTPError as exc:
+        raise StandinError('standin: simulator %s %s: HTTP %s %s' % (method, path, exc.code,
+                                                                     exc.read().decode('utf-8', 'replace')))
+    except (URLError, OSError) as exc:
+        raise StandinError('standin: simulator %s %s: %s' % (method, path, exc))
+    return json.loads(raw.decode('utf-8')) if raw else None
+
+
+def _server_info(config, svc):
+    if not svc.get('server'):
+        return None
+    try:
+        return _control(config, 'GET', '/servers/%s' % svc['server'])
+    except StandinError:
+        return None
+
+
+def service_state(config, name):
+    """(state, started_at epoch or None, simulator info or None) of a configured service."""
+    svc = config.service(name)
+    info = _server_info(config, svc)
+    state = svc.get('state', 'auto')
+    started_at = svc.get('started_at')
+    if state == 'auto':
+        status = (info or {}).get('status')
+        if status in ('listening', 'loading'):
+            state, started_at = 'running', info.get('start_time')
+        elif status in ('stopped', 'exited'):
+            state = 'failed'
+        else:
+            state = 'exited'
+    return state, started_at, info
+
+
+def restart(config, name):
+    svc = config.service(name)
+    rc = int(svc.get('restart_rc', 0) or 0)
+    if rc:
+        raise StandinError(svc.get('restart_error') or 'standin: restart of %s fails (restart_rc %d)' % (name, rc), rc)
+    if svc.get('server'):
+        _control(config, 'POST', '/servers/%s/state' % svc['server'],
+                 {'state': 'restart', 'load_seconds': float(svc.get('load_seconds', 0) or 0)})
+    svc['state'] = 'running'
+    svc['started_at'] = round(time.time(), 3)
+    svc['restarts'] = int(svc.get('restarts', 0) or 0) + 1
+    config.dirty = True
+
+
+def log_lines(config, name, count):
+    """The service's recent log: its configured lines, then one line on the simulated server."""
+    svc = config.service(name)
+    state, started_at, info = service_state(config, name)
+    lines = list(svc.get('logs') or [])
+    if info is not None:
+        lines.append('standin: simulator server %s status=%s restarts=%s hung_engines=%s dead=%s'
+                     % (info.get('id'), info.get('status'), info.get('restarts'),
+                        (info.get('state') or {}).get('hung_engines'), (info.get('state') or {}).get('dead')))
+    lines.append('standin: service %s is %s (started_at %s, restarts by the stand-in: %s)'
+                 % (name, state, started_at, svc.get('restarts', 0)))
+    return lines[-count:] if count > 0 else []
+
+
+# --------------------------------------------------------------------------- formatting
+
+def _iso_local(epoch):
+    return datetime.datetime.fromtimestamp(epoch).astimezone().strftime('%Y-%m-%dT%H:%M:%S%z')
+
+
+def _rfc3339_nano(epoch):
+    if epoch is None:
+        return '0001-01-01T00:00:00Z'
+    whole = int(epoch)
+    nanos = int(round((epoch - whole) * 1e9))
+    if nanos >= 1000000000:
+        whole, nanos = whole + 1, 0
+    return datetime.datetime.utcfromtimestamp(whole).strftime('%Y-%m-%dT%H:%M:%S') + '.%09dZ' % nanos
+
+
+def container_id(name, svc):
+    return svc.get('container_id') or hashlib.sha256(('standin-' + name).encode('utf-8')).hexdigest()
+
+
+def docker_state(config, name):
+    svc = config.service(name)
+    state, started_at, info = service_state(config, name)
+    running = state in ('running', 'activating', 'auto-restart')
+    pid = 4000 + int(svc.get('restarts', 0) or 0) if running else 0
+    exit_code = 0 if running or state in ('exited', 'stopped', 'inactive') else 1
+    return {
+        'Status': {'auto-restart': 'restarting'}.get(state, 'running' if running else 'exited'),
+        'Running': running,
+        'Paused': False,
+        'Restarting': state == 'auto-restart',
+        'OOMKilled': False,
+        'Dead': False,
+        'Pid': pid,
+        'ExitCode': exit_code,
+        'Error': '',
+        'StartedAt': _rfc3339_nano(started_at),
+        'FinishedAt': '0001-01-01T00:00:00Z' if running else _rfc3339_nano(time.time()),
+    }
+
+
+def _parse_options(argv, with_value):
+    """Split argv into ({option: value}, [positional]); ``--opt=value`` and ``--opt value`` both work."""
+    options, positional = {}, []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith('-') and arg != '-':
+            key, sep, value = arg.partition('=')
+            if sep:
+                options.setdefault(key, []).append(value)
+            elif key in with_value and i + 1 < len(argv):
+                options.setdefault(key, []).append(argv[i + 1])
+                i += 1
+            else:
+                options.setdefault(key, []).append(True)
+        else:
+            positional.append(arg)
+        i += 1
+    return options, positional
+
+
+# --------------------------------------------------------------------------- tools
+
+def _unit(name):
+    return name[:-len('.service')] if name.endswith('.service') else name
+
+
+def systemctl(config, argv):
+    options, args = _parse_options(argv, ('-p', '--property', '--timestamp', '-H', '--host', '-M'))
+    if not args:
+        raise StandinError('standin systemctl: no command given')
+    command, units = args[0], [_unit(u) for u in args[1:]]
+    if command == 'show':
+        props = []
+        for value in options.get('--property', []) + options.get('-p', []):
+            props.extend(p for p in str(value).split(',') if p)
+        props = props or ['Id', 'LoadState', 'ActiveState', 'SubState', 'ExecMainStartTimestamp']
+        unix = 'unix' in options.get('--timestamp', [])
+        for index, unit in enumerate(units):
+            if index:
+                print('')
+            svc = config.service(unit)
+            if svc is None:
+                values = {'Id': unit + '.service', 'LoadState': 'not-found', 'ActiveState': 'inactive',
+                          'SubState': 'dead', 'ExecMainStartTimestamp': ''}
+            else:
+                state, started_at, dummy = service_state(config, unit)
+                active, sub = SYSTEMD_STATES.get(state, ('inactive', 'dead'))
+                if started_at is None:
+                    stamp = ''
+                elif unix:
+                    stamp = '@%d' % int(started_at)
+                else:
+                    stamp = datetime.datetime.fromtimestamp(started_at).astimezone().strftime('%a %Y-%m-%d %H:%M:%S %Z')
+                values = {'Id': unit + '.service', 'LoadState': 'loaded', 'ActiveState': active, 'SubState': sub,
+                          'ExecMainStartTimestamp': stamp}
+            for prop in props:
+                print('%s=%s' % (prop, values.get(prop, '')))
+        return 0
+    if command in ('restart', 'try-restart', 'reload-or-restart'):
+        missing = [u for u in units if config.service(u) is None]
+        if missing:
+            raise StandinError('Failed to restart %s.service: Unit %s.service not found.' % (missing[0], missing[0]), 5)
+        for unit in units:
+            restart(config, unit)
+        return 0
+    if command == 'is-active':
+        rc = 0
+        for unit in units:
+            if config.service(unit) is None:
+                print('inactive')
+                rc = 3
+                continue
+            active = SYSTEMD_STATES.get(service_state(config, unit)[0], ('inactive', 'dead'))[0]
+            print(active)
+            rc = rc or (0 if active == 'active' else 3)
+        return rc
+    raise StandinError('standin systemctl: unsupported command %r' % command)
+
+
+def journalctl(config, argv):
+    options, args = _parse_options(argv, ('-u', '--unit', '-n', '--lines', '-o', '--output', '--since'))
+    units = [_unit(u) for u in options.get('--unit', []) + options.get('-u', [])]
+    lines_opt = (options.get('--lines') or options.get('-n') or ['10'])[-1]
+    count = 10 if lines_opt is True else int(lines_opt)
+    host = socket.gethostname().split('.')[0]
+    if not units:
+        raise StandinError('standin journalctl: only --unit is supported')
+    out = []
+    for unit in units:
+        if config.service(unit) is None:
+            continue
+        for line in log_lines(config, unit, count):
+            out.append('%s %s %s[%d]: %s' % (_iso_local(time.time()), host, unit, 4000, line))
+    if not out:
+        print('-- No entries --')
+    for line in out[-count:]:
+        print(line)
+    return 0
+
+
+def _docker_lookup(config, ref):
+    for name, svc in config.services.items():
+        if ref == name or ref == container_id(name, svc) or (len(ref) >= 12 and container_id(name, svc).startswith(ref)):
+            return name
+    return None
+
+
+def docker(config, argv):
+    if not argv:
+        raise StandinError('standin docker: no command given')
+    command, rest = argv[0], argv[1:]
+    if command == 'compose':
+        return compose(config, rest)
+    if command == 'restart':
+        options, refs = _parse_options(rest, ('-t', '--time', '-s', '--signal'))
+        names = []
+        for ref in refs:
+            name = _docker_lookup(config, ref)
+            if name is None:
+                raise StandinError('Error response from daemon: No such container: %s' % ref)
+            names.append((ref, name))
+        for ref, name in names:
+            restart(config, name)
+            print(ref)
+        return 0
+    if command == 'inspect':
+        options, refs = _parse_options(rest, ('-f', '--format', '--type'))
+        fmt = (options.get('--format') or options.get('-f') or [None])[-1]
+        found = []
+        for ref in refs:
+            name = _docker_lookup(config, ref)
+            if name is None:
+                print('[]' if fmt is None else '')
+                raise StandinError('Error: No such object: %s' % ref)
+            found.append((name, docker_state(config, name)))
+        for name, state in found:
+            if fmt is None:
+                print(json.dumps([{'Id': container_id(name, config.service(name)), 'Name': '/' + name,
+                                   'State': state}], indent=4))
+            elif fmt.replace(' ', '') == '{{json.State}}':
+                print(json.dumps(state))
+            elif fmt.replace(' ', '') == '{{.State.Running}}':
+                print('true' if state['Running'] else 'false')
+            else:
+                raise StandinError('standin docker inspect: unsupported --format %r' % fmt)
+        return 0
+    if command == 'logs':
+        options, refs = _parse_options(rest, ('-n', '--tail', '--since', '--until'))
+        tail = (options.get('--tail') or options.get('-n') or ['all'])[-1]
+        if len(refs) != 1:
+            raise StandinError('standin docker logs: exactly one container')
+        name = _docker_lookup(config, refs[0])
+        if name is None:
+            raise StandinError('Error response from daemon: No such container: %s' % refs[0])
+        for line in log_lines(config, name, 1000 if tail == 'all' else int(tail)):
+            print(line)
+        return 0
+    raise StandinError('standin docker: unsupported command %r' % command)
+
+
+def _compose_service(config, project_dir, service):
+    svc = config.service(service)
+    if svc is None:
+        return None
+    wanted = svc.get('project_dir')
+    if wanted and project_dir and os.path.abspath(wanted) != os.path.abspath(project_dir):
+        return None
+    return service
+
+
+def compose(config, argv):
+    # global options come before the command
+    project_dir = None
+    i = 0
+    while i < len(argv) and argv[i].startswith('-'):
+        key, sep, value = argv[i].partition('=')
+        if key in ('--project-directory', '-f', '--file', '-p', '--project-name', '--env-file', '--profile'):
+            if not sep:
+                i += 1
+                value = argv[i] if i < len(argv) else ''
+            if key == '--project-directory':
+                project_dir = value
+        i += 1
+    if i >= len(argv):
+        raise StandinError('standin docker compose: no command given')
+    command, rest = argv[i], argv[i + 1:]
+    if project_dir is not None and not os.path.isdir(project_dir):
+        raise StandinError('stat %s: no such file or directory' % project_dir, 1)
+    if command == 'restart':
+        options, services = _parse_options(rest, ('-t', '--timeout'))
+        for service in services:
+            name = _compose_service(config, project_dir, service)
+            if name is None:
+                raise StandinError('no such service: %s' % service)
+            sys.stderr.write(' Container %s-1  Restarting\n' % service)
+            restart(config, name)
+            sys.stderr.write(' Container %s-1  Started\n' % service)
+        return 0
+    if command == 'ps':
+        options, services = _parse_options(rest, ('--format', '--filter', '--status'))
+        quiet = '-q' in options or '--quiet' in options
+        show_all = '-a' in options or '--all' in options
+        names = services or [n for n in config.services if _compose_service(config, project_dir, n)]
+        for service in names:
+            name = _compose_service(config, project_dir, service)
+            if name is None:
+                raise StandinError('no such service: %s' % service)
+            svc = config.service(name)
+            if svc.get('container_id', '') is None:
+                continue  # no container was ever created
+            state = docker_state(config, name)
+            if not show_all and not state['Running']:
+                continue
+            print(container_id(name, svc) if quiet else '%s-1  %s' % (service, state['Status']))
+        return 0
+    if command == 'logs':
+        options, services = _parse_options(rest, ('-n', '--tail', '--since', '--until'))
+        tail = (options.get('--tail') or options.get('-n') or ['all'])[-1]
+        for service in services:
+            name = _compose_service(config, project_dir, service)
+            if name is None:
+                raise StandinError('no such service: %s' % service)
+            for line in log_lines(config, name, 1000 if tail == 'all' else int(tail)):
+                print('%s-1  | %s' % (service, line))
+        return 0
+    raise StandinError('standin docker compose: unsupported command %r' % command)
+
+
+TOOLS = {'systemctl': systemctl, 'journalctl': journalctl, 'docker': docker}
+
+
+def main(tool, argv):
+    log_call(tool, argv)
+    config = None
+    try:
+        config = Config(_config_path())
+        return TOOLS[tool](config, argv)
+    except StandinError as exc:
+        sys.stdout.flush()
+        sys.stderr.write(str(exc) + '\n')
+        return exc.rc
+    finally:
+        if config is not None:
+            config.close()
+
+
+if __name__ == '__main__':
+    if len(sys.argv) < 2 or sys.argv[1] not in TOOLS:
+        sys.stderr.write('usage: _standin.py {systemctl|journalctl|docker} ARGS...\n')
+        sys.exit(2)
+    sys.exit(main(sys.argv[1], sys.argv[2:]))
