@@ -116,6 +116,7 @@ test: $(STAMP)
 	scripts/run-tiers.sh $(TIERS)
 
 demo: $(STAMP) collection-link
+	scripts/ensure-nginx.sh
 	@if [ ! -f scripts/demo.py ]; then echo "demo: scripts/demo.py does not exist yet"; exit 1; fi
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 

@@ -6,7 +6,7 @@
    then busy with three long completions in flight.
 2. Runs the `modelops.vllm.watchdog` role (playbooks/watchdog.yml) over a small fleet: the real
    server while busy, and simulated vLLM servers that are idle, busy and stuck, plus a proxy
-   (nginx, least connections, in front of two simulated backends) when nginx is installed.
+   (nginx, least connections, in front of two simulated backends).
    Busy is left alone; stuck is restarted once; a second run restarts nothing.
 Everything it starts, it stops.
 """
@@ -26,6 +26,7 @@ sys.path.insert(0, REPO)
 
 from ansible_run import health, run_playbook  # noqa: E402  pylint: disable=wrong-import-position
 import vllm_server as harness  # noqa: E402  pylint: disable=wrong-import-position
+from nginx import NginxProxy  # noqa: E402  pylint: disable=wrong-import-position
 from tests.simulator.client import run_simulator  # noqa: E402  pylint: disable=wrong-import-position
 
 RESTARTER = r'''#!/usr/bin/env python3
@@ -82,37 +83,50 @@ def part_two(server, workdir):
         sim.start_load(stuck['id'], concurrency=2, max_tokens=10 ** 7)
         sim.wait_for(stuck['id'], lambda s: sum(e['reported_running'] for e in s['engines']) == 2)
         sim.set_state(stuck['id'], 'hang')
-        hosts = {
-            'gb10-real': (server.url, 'real'),
-            'gb10-idle': (idle['url'], idle['id']),
-            'gb10-busy': (busy['url'], busy['id']),
-            'gb10-stuck': (stuck['url'], stuck['id']),
-        }
-        inventory_hosts = {}
-        for host, (url, server_id) in hosts.items():
-            inventory_hosts[host] = {
-                'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'vllm_url': url,
-                'vllm_watchdog_state_dir': os.path.join(workdir, 'state', host),
-                'vllm_watchdog_restart_command': [sys.executable, restarter, sim.base_url, str(server_id),
-                                                  restarts_log]}
-        inventory = os.path.join(workdir, 'inventory.yml')
-        with open(inventory, 'w') as handle:
-            json.dump({'vllm': {'hosts': inventory_hosts}}, handle)
-        extra = ['-e', json.dumps({'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_interval': 2,
-                                   'vllm_watchdog_ready_delay': 1, 'vllm_watchdog_ready_timeout': 60})]
-        with open(os.path.join(REPO, 'playbooks', 'watchdog.yml')) as handle:
-            playbook = handle.read()
-        with server.start_completions(2, 30000):
-            server.wait_running(2)
-            for attempt in (1, 2):
-                run = run_playbook(playbook, args=extra, inventory=inventory)
-                say('watchdog run %d (%.1f s, exit %d)' % (attempt, run.seconds, run.rc))
-                for line in run.stdout.splitlines():
-                    if line.strip().startswith('"gb10-') or 'vLLM watchdog:' in line:
-                        print('  ' + line.strip().strip('",'))
-                if run.rc != 0:
-                    print(run.stdout[-3000:])
-                    raise SystemExit('the watchdog run failed')
+        backend_a = sim.create(step_rate=200)
+        backend_b = sim.create(step_rate=200)
+        proxy = NginxProxy([backend_a['url'], backend_b['url']]).start()
+        try:
+            hosts = {
+                'gb10-real': (server.url, 'real'),
+                'gb10-idle': (idle['url'], idle['id']),
+                'gb10-busy': (busy['url'], busy['id']),
+                'gb10-stuck': (stuck['url'], stuck['id']),
+                'llm-proxy': (proxy.url, 'proxy'),
+            }
+            inventory_hosts = {}
+            for host, (url, server_id) in hosts.items():
+                inventory_hosts[host] = {
+                    'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'vllm_url': url,
+                    'vllm_watchdog_state_dir': os.path.join(workdir, 'state', host),
+                    'vllm_watchdog_restart_command': [sys.executable, restarter, sim.base_url, str(server_id),
+                                                      restarts_log]}
+                if server_id == 'proxy':
+                    inventory_hosts[host]['vllm_kind'] = 'proxy'
+            inventory = os.path.join(workdir, 'inventory.yml')
+            with open(inventory, 'w') as handle:
+                json.dump({'vllm': {'hosts': inventory_hosts}}, handle)
+            extra = ['-e', json.dumps({'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_interval': 2,
+                                       'vllm_watchdog_ready_delay': 1, 'vllm_watchdog_ready_timeout': 60})]
+            with open(os.path.join(REPO, 'playbooks', 'watchdog.yml')) as handle:
+                playbook = handle.read()
+            with server.start_completions(2, 30000):
+                server.wait_running(2)
+                proxied_before = len(proxy.access_log(since_mark=False))
+                for attempt in (1, 2):
+                    run = run_playbook(playbook, args=extra, inventory=inventory)
+                    say('watchdog run %d (%.1f s, exit %d)' % (attempt, run.seconds, run.rc))
+                    for line in run.stdout.splitlines():
+                        if line.strip().startswith(('"gb10-', '"llm-proxy')) or 'vLLM watchdog:' in line:
+                            print('  ' + line.strip().strip('",'))
+                    if run.rc != 0:
+                        print(run.stdout[-3000:])
+                        raise SystemExit('the watchdog run failed')
+                through = proxy.access_log(since_mark=False)[proxied_before:]
+                say('through the proxy, the watchdog sent: %s'
+                    % ', '.join(sorted(set('%s %s' % (e['method'], e['uri']) for e in through))))
+        finally:
+            proxy.stop()
     with open(restarts_log) if os.path.exists(restarts_log) else open(os.devnull) as handle:
         restarts = [json.loads(line)['restart'] for line in handle if line.strip()]
     names = dict((str(v[1]), k) for k, v in hosts.items())
