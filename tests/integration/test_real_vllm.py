@@ -433,7 +433,6 @@ class TestSmallBatchServer:
                 - total(before, "vllm:prompt_tokens_total")) == PREFILL_TOKENS
         assert steps(after) > steps(before)
 
-
     def test_module_full_batch_with_a_queue_is_busy_without_probe(self, small_batch_server):
         small_batch_server.wait_idle(timeout=60)
         with small_batch_server.start_completions(3, LONG):
@@ -484,7 +483,6 @@ class TestTwoApiServers:
         assert not [k for k in s if k[0] == "process_start_time_seconds"]
         assert not [k for k in s if k[0].endswith("_created")]
         assert not re.search(r"^process_start_time_seconds", text, re.M)
-
 
     def test_module_idle_and_busy_without_start_time(self, two_api_servers):
         idle, run = health({"url": two_api_servers.url, "interval": 1})
