@@ -137,7 +137,7 @@ class Judge(object):
         self.health = None
         self.restarted = False
         self.stuck_engines = []
-        self.reading_pairs = []
+        self.basis = None  # the reading a verdict rests on, when it is not the last one
 
     # -- reads -------------------------------------------------------------
 
@@ -198,7 +198,7 @@ class Judge(object):
     # -- verdicts ----------------------------------------------------------
 
     def finish(self, state, reason):
-        last = self.readings[-1] if self.readings else None
+        last = self.basis or (self.readings[-1] if self.readings else None)
         first = None
         for reading in self.readings:
             if last is not None and readings.same_process(reading, last)[0] is not False:
@@ -321,6 +321,9 @@ class Judge(object):
             after, failed = self.read()
             if after is not None and readings.same_process(before, after)[0] is False:
                 return self.restarted_path(before, after, readings.same_process(before, after)[1])
+            # Work that arrived after the probe does not change what the probe showed; the result
+            # reports the reading the verdict rests on.
+            self.basis = before
             if attempt == 1:
                 return self.finish('idle', 'nothing in flight and a one-token probe answered in %.2f s'
                                    % (fetched.seconds or 0.0))

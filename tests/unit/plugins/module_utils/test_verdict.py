@@ -63,6 +63,14 @@ def test_idle_without_model_label_asks_v1_models():
     assert result['probe']['model'] == 'tiny' and result['models'] == ['tiny']
 
 
+def test_idle_reports_the_reading_it_rests_on_not_work_that_arrived_after_the_probe():
+    server = FakeServer([busy(10, running=0, kv=0.0), busy(12, running=3, kv=0.01)])
+    result = judge(server)
+    assert result['state'] == 'idle'
+    assert result['running'] == 0 and result['waiting'] == 0
+    assert len(result['evidence']['reads']) == 2  # the later read is kept as evidence
+
+
 def test_given_model_is_used_for_the_probe():
     server = FakeServer([capture('idle_after_load.prom')])
     assert judge(server, model='other')['probe']['model'] == 'other'
