@@ -334,13 +334,9 @@ class Judge(object):
         health = self.check_health()
         if engine_is_dead(health):
             return self.finish('down', 'the probe got no answer and /health answered %s' % health.describe())
-        after, failed = self.read()
-        if after is None:
-            return self.unreadable(failed, between=True)
-        same, how = readings.same_process(before, after)
-        if same is False:
-            return self.restarted_path(before, after, how)
-        moved = self._record_moves(before, after)
+        after, moved, ended = self.read_again(before)
+        if ended:
+            return ended
         if any(moved.values()):
             if after.in_flight:
                 return self.finish('busy', 'the probe got no answer in %s s, but the engine moved and now has '
@@ -360,22 +356,26 @@ class Judge(object):
 
     # -- work in flight: compare counters, never probe -----------------------
 
-    def _record_moves(self, before, after):
+    def read_again(self, before):
+        """Read again and compare: (after, moved, None), or (None, None, result) when that read
+        ends the check (unreadable, or another process: never compare counters across two)."""
+        after, failed = self.read()
+        if after is None:
+            return None, None, self.unreadable(failed, between=True)
+        same, how = readings.same_process(before, after)
+        if same is False:
+            return None, None, self.restarted_path(before, after, how)
         moved = readings.engine_moves(before, after, idle_ticks=self.idle_ticks)
         self.moves.append(moved)
-        return moved
+        return after, moved, None
 
     def busy_path(self, before):
         stalled_before = None
         for wait in (1, 2):
             self.sleep(self.interval)
-            after, failed = self.read()
-            if after is None:
-                return self.unreadable(failed, between=True)
-            same, how = readings.same_process(before, after)
-            if same is False:
-                return self.restarted_path(before, after, how)
-            moved = self._record_moves(before, after)
+            after, moved, ended = self.read_again(before)
+            if ended:
+                return ended
             stalled = set(key for key, engine in after.engines.items()
                           if key in before.engines and not moved.get(key)
                           and (engine.in_flight or before.engines[key].in_flight)
