@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Benchmark of modelops.vllm.health, measured side by side in one run.
 
 1. Parse time of a real 50 KB /metrics capture: the collection's parser (full parse, and the

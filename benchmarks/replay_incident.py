@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Replay the incident's day, side by side: the old watchdog pair against modelops.vllm.watchdog's logic.
 
 One simulated day of GB10 traffic (fixed seed) is replayed, time compressed, against two

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """`make demo`: the collection's main job, on this machine.
 
 1. Starts a real vLLM server (the CPU build, a tiny generated model; installed into a cache on
