@@ -180,3 +180,17 @@ def vllm_server_module(vllm_env, tmp_path_factory, request):
     factory = ServerFactory(vllm_env, tmp_path_factory, request.module.__name__)
     yield factory
     factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def simulator(request):
+    """A vLLM simulator process for one test module, on the module's own ``PORT_RANGE``."""
+    from tests.simulator.client import run_simulator  # noqa: E402  pylint: disable=import-outside-toplevel
+    with run_simulator(port_range=request.module.PORT_RANGE) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def sim(simulator):
+    """The module's simulator, under the short name the tests use."""
+    return simulator

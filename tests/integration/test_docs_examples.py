@@ -13,25 +13,18 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 import yaml
 
 from ansible_run import _bin, env
 from modelops_paths import REPO
-from tests.simulator.client import run_simulator  # noqa: E402
 
+PORT_RANGE = '19700-19799'  # the simulator of this module (the `sim` fixture of conftest.py)
 EXAMPLE = re.compile(r'<!-- example: ([\w-]+) -->\s*\n```\w*\n(.*?)\n```', re.S)
 
 
 def examples(doc):
     with open(os.path.join(REPO, 'docs', doc)) as handle:
         return dict(EXAMPLE.findall(handle.read()))
-
-
-@pytest.fixture(scope='module')
-def sim():
-    with run_simulator(port_range='19700-19799') as client:
-        yield client
 
 
 def run_command(text, cwd, replace):

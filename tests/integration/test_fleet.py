@@ -34,7 +34,6 @@ from benchmarks.fleet import (  # noqa: E402  pylint: disable=wrong-import-posit
     run_fleet_playbook,
 )
 from nginx import nginx_proxies  # noqa: E402,F401  pylint: disable=wrong-import-position,import-error,unused-import
-from tests.simulator.client import SimulatorProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 PORT_RANGE = '22200-22499'
 FLEET_SIZE = 100
@@ -43,14 +42,6 @@ ROLE_FLEET_SIZE = 30
 SANITY_CAP = 150  # seconds, for the fleet check of 100 hosts; the real numbers are in benchmarks/fleet.py
 
 pytestmark = pytest.mark.timeout(1200)
-
-
-@pytest.fixture(scope='module')
-def sim():
-    proc = SimulatorProcess(port_range=PORT_RANGE)
-    client = proc.start()
-    yield client
-    proc.stop()
 
 
 @pytest.fixture(scope='module')

@@ -22,7 +22,6 @@ if str(REPO) not in sys.path:
 
 from ansible_run import health  # noqa: E402  pylint: disable=wrong-import-position,import-error
 from nginx import nginx_proxies  # noqa: E402,F401  pylint: disable=wrong-import-position,import-error,unused-import
-from tests.simulator.client import SimulatorProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 PORT_RANGE = '22000-22199'
 LOAD = {'concurrency': 2, 'max_tokens': 100000000}
@@ -31,19 +30,11 @@ LB_WORDS = 'looks like a load balancer'
 
 # ------------------------------------------------------------------------------------------- fixtures
 
-@pytest.fixture(scope='module')
-def sim_module():
-    proc = SimulatorProcess(port_range=PORT_RANGE)
-    client = proc.start()
-    yield client
-    proc.stop()
-
-
 @pytest.fixture
-def sim(sim_module):
+def sim(simulator):
     """The simulator; every server a test created is deleted after it."""
-    yield sim_module
-    sim_module.delete_all()
+    yield simulator
+    simulator.delete_all()
 
 
 def backends(sim, count, busy=0, **options):

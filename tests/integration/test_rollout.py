@@ -30,7 +30,6 @@ from modelops_paths import REPO
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from tests.simulator.client import SimulatorProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 STANDINS = os.path.join(REPO, 'tests', 'rollout_standins')
 DOC = os.path.join(REPO, 'docs', 'rollout.md')
@@ -53,14 +52,6 @@ FAST = {
     'vllm_rollout_ready_delay': 1,
     'vllm_rollout_ready_timeout': 30,
 }
-
-
-@pytest.fixture(scope='module')
-def sim():
-    proc = SimulatorProcess(port_range=PORT_RANGE)
-    client = proc.start()
-    yield client
-    proc.stop()
 
 
 class Fleet(object):

@@ -35,7 +35,6 @@ from modelops_paths import REPO
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from tests.simulator.client import SimulatorProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 STANDINS = os.path.join(REPO, 'tests', 'standins')
 PORT_RANGE = '21500-21899'
@@ -72,14 +71,6 @@ FAST = {
 
 
 # --------------------------------------------------------------------------- helpers
-
-@pytest.fixture(scope='module')
-def sim():
-    proc = SimulatorProcess(port_range=PORT_RANGE)
-    client = proc.start()
-    yield client
-    proc.stop()
-
 
 class Standins(object):
     """The stand-ins' config and argv log in a test's directory, and the environment that puts them first."""
