@@ -12,10 +12,8 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.environ.get(
-    'MODELOPS_VLLM_FIXTURES',
-    os.path.join(os.path.dirname(REPO), 'shared', 'fixtures', 'vllm-0.32-cpu'),
-)
+# Real /metrics captures of a real vLLM 0.32.0 server (see its README), kept in the repository.
+FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'vllm-0.32-cpu')
 
 
 def collections_root():

@@ -13,7 +13,7 @@ model that ``make_model.py`` builds; :func:`ensure_installed` and :func:`ensure_
         srv.hang(); ...; srv.resume()
         load.cancel()
 
-Facts this relies on are in ``shared/docs/vllm-facts.md`` ("Running a real vLLM server on a
+Facts this relies on are in ``docs/vllm-facts.md`` ("Running a real vLLM server on a
 CPU-only test machine").
 """
 from __future__ import annotations

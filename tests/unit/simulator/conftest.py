@@ -37,6 +37,5 @@ def sim(sim_process):
 
 @pytest.fixture
 def fixtures_dir():
-    if not FIXTURES.is_dir():
-        pytest.skip(f"real captures not found at {FIXTURES}")
+    assert FIXTURES.is_dir(), f"the real captures are missing from the repository: {FIXTURES}"
     return FIXTURES

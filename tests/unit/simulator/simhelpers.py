@@ -1,6 +1,5 @@
 """Helpers shared by the simulator tests (parsing /metrics with prometheus_client)."""
 
-import os
 from pathlib import Path
 
 import requests
@@ -8,9 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 REPO = Path(__file__).resolve().parents[3]
-FIXTURES = Path(os.environ.get("MODELOPS_VLLM_FIXTURES", REPO.parent / "shared" / "fixtures" / "vllm-0.32-cpu"))
-if not FIXTURES.is_dir():  # CI lays shared/ beside the clone; the work tree has it at /work/shared
-    FIXTURES = Path("/work/shared/fixtures/vllm-0.32-cpu")
+FIXTURES = REPO / "tests" / "fixtures" / "vllm-0.32-cpu"   # real captures, kept in the repository
 PORT_RANGE = "19000-19999"   # loopback ports these tests may use
 
 
