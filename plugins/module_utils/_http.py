@@ -5,22 +5,32 @@
 """HTTP reads of one vLLM server, through ``requests``.
 
 Private to this collection. Every request has a whole-answer deadline (a
-server that trickles bytes or never finishes is cut off), a body size cap,
-redirects followed only on the same server, and the API key sent only to the
-``/v1/`` endpoints that need it. Errors come back as ``Fetched`` values, never
-as exceptions, except configuration errors (``CheckError``).
+server that trickles bytes or never finishes is cut off), and none outlives the
+check's overall deadline; a body size cap (``max_bytes`` for ``/metrics``, at
+most ``JSON_MAX_BYTES`` for the JSON endpoints); redirects followed only on the
+same server; the API key sent only to the ``/v1/`` endpoints that need it.
+
+Environment proxies (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``.netrc``)
+are ignored unless ``use_proxy`` is set, and a loopback URL never goes through
+a proxy: a health check of a server on this host must not depend on, or hand
+its key to, whatever proxy the host's environment names.
+
+Errors come back as ``Fetched`` values, never as exceptions, except
+configuration errors (``CheckError``): a bad URL, a TLS failure, an API key
+that cannot be sent in an HTTP header, any request that could not be sent.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
 import json
 import threading
 import time
 import traceback
 
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CheckError, Fetched
 
@@ -34,8 +44,12 @@ except ImportError:  # pragma: no cover - exercised through the module's missing
     REQUESTS_IMPORT_ERROR = traceback.format_exc()
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+# /version, /health, /v1/models and the probe's answer: a real one is a few KB.
+JSON_MAX_BYTES = 1024 * 1024
 MAX_REDIRECTS = 3
 _REDIRECTS = (301, 302, 303, 307, 308)
+# Exceptions raised while a request is prepared, before anything goes on the wire.
+_UNSENT = (UnicodeError, ValueError, TypeError, LookupError)
 
 
 def _origin(url):
@@ -44,13 +58,77 @@ def _origin(url):
     return parts.scheme, (parts.hostname or '').lower(), port
 
 
+def _split(url):
+    """urlsplit, with what it raises (a bad IPv6 literal, a port out of range) as a CheckError."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # pylint: disable=pointless-statement  # raises on a port that is not a port
+        return parts
+    except ValueError as exc:
+        raise CheckError('url is not a valid URL (%s)' % exc)
+
+
+def display_url(url):
+    """The URL as it may be shown: a password in it replaced by ********."""
+    if not isinstance(url, str) or '@' not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return '<a URL that does not parse>'
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit('@', 1)[1]
+    return urlunsplit((parts.scheme, '%s:********@%s' % (parts.username or '', host), parts.path, parts.query,
+                       parts.fragment))
+
+
+def url_secrets(url):
+    """The password in a URL, as written and decoded (for redaction)."""
+    try:
+        password = urlsplit(url).password if isinstance(url, str) else None
+    except ValueError:
+        return []
+    return [password, unquote(password)] if password else []
+
+
 def validate_url(url):
-    """Raise CheckError unless url is an absolute http(s) URL."""
-    parts = urlsplit(url or '')
+    """Raise CheckError unless url is an absolute http(s) base URL (the message never shows a password)."""
+    if not isinstance(url, str) or any(ord(char) < 33 or ord(char) == 127 for char in url):
+        raise CheckError('url must be an absolute http:// or https:// URL without spaces or control characters, '
+                         'got %r' % (display_url(url),))
+    parts = _split(url)
     if parts.scheme not in ('http', 'https') or not parts.hostname:
-        raise CheckError('url must be an absolute http:// or https:// URL of the server, got %r' % (url,))
+        raise CheckError('url must be an absolute http:// or https:// URL of the server, got %r' % (display_url(url),))
     if parts.query or parts.fragment:
-        raise CheckError('url must be the base URL of the server, without a query or fragment: %r' % (url,))
+        raise CheckError('url must be the base URL of the server, without a query or fragment: %r'
+                         % (display_url(url),))
+
+
+def validate_api_key(api_key):
+    """Raise CheckError unless the key can go in an HTTP header as sent (the message never shows it)."""
+    if not api_key:
+        return
+    if api_key != api_key.strip():
+        raise CheckError('api_key cannot be sent in an HTTP header: it begins or ends with whitespace (a trailing '
+                         'newline from a file or a vault?)')
+    for char in api_key:
+        code = ord(char)
+        if code < 32 or code == 127:
+            raise CheckError('api_key cannot be sent in an HTTP header: it has a control character')
+        if code > 255:
+            raise CheckError('api_key cannot be sent in an HTTP header: it has a character outside Latin-1')
+
+
+def is_loopback(url):
+    """Whether the URL's host is this machine (localhost, 127.0.0.0/8, ::1)."""
+    host = (_split(url).hostname or '').lower()
+    if host == 'localhost' or host.endswith('.localhost'):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _classify(exc):
@@ -61,7 +139,7 @@ def _classify(exc):
     if isinstance(exc, (rexc.ConnectTimeout, rexc.ReadTimeout)):
         return 'timeout', text
     if isinstance(exc, (rexc.InvalidURL, rexc.MissingSchema, rexc.InvalidSchema)):
-        raise CheckError('invalid url: %s' % text)
+        raise CheckError('invalid url (%s)' % type(exc).__name__)
     if isinstance(exc, rexc.ConnectionError):
         lowered = text.lower()
         if 'read timed out' in lowered:
@@ -83,8 +161,12 @@ class Client(object):
 
     def __init__(self, url, api_key=None, validate_certs=True, ca_path=None, metrics_timeout=10.0,
                  probe_timeout=30.0, max_bytes=DEFAULT_MAX_BYTES, probe_api='completions',
-                 clock=time.monotonic):
+                 clock=time.monotonic, ends=None, use_proxy=False):
         validate_url(url)
+        validate_api_key(api_key)
+        if api_key and url_secrets(url):
+            raise CheckError('url has credentials and api_key is set: both would go in the Authorization header; '
+                             'use one of them')
         self.base = url.rstrip('/') + '/'
         self.api_key = api_key
         self.verify = (ca_path or True) if validate_certs else False
@@ -93,7 +175,10 @@ class Client(object):
         self.max_bytes = int(max_bytes)
         self.probe_api = probe_api
         self.clock = clock
+        self.ends = ends  # the check's overall deadline, on ``clock``; None for none
         self.session = requests.Session()
+        # Environment proxies (and .netrc) only when asked for, and never for this machine.
+        self.session.trust_env = bool(use_proxy) and not is_loopback(url)
         self.session.headers['User-Agent'] = 'modelops.vllm.health'
 
     # -- the endpoints -------------------------------------------------------
@@ -101,7 +186,7 @@ class Client(object):
     def metrics(self):
         # A Prometheus client library answers OpenMetrics if asked: ask for text.
         return self.request('GET', 'metrics', self.metrics_timeout, headers={'Accept': 'text/plain'},
-                            text_only=True)
+                            text_only=True, max_bytes=self.max_bytes)
 
     def health(self):
         return self.request('GET', 'health', self.metrics_timeout)
@@ -127,11 +212,17 @@ class Client(object):
 
     # -- the mechanics ---------------------------------------------------------
 
-    def request(self, method, path, timeout, headers=None, auth=False, body=None, text_only=False):
+    def request(self, method, path, timeout, headers=None, auth=False, body=None, text_only=False,
+                max_bytes=JSON_MAX_BYTES):
         """One request with a whole-answer deadline; never raises but CheckError."""
         started = self.clock()
+        if self.ends is not None:
+            left = self.ends - started
+            if left <= 0:
+                return Fetched(error='deadline', message='the check\'s overall deadline has passed', seconds=0.0)
+            timeout = min(timeout, left)
         outcome = {}
-        args = (outcome, method, path, timeout, headers, auth, body, text_only)
+        args = (outcome, method, path, timeout, headers, auth, body, text_only, min(max_bytes, self.max_bytes))
         worker = threading.Thread(target=self._worker, args=args)
         worker.daemon = True
         worker.start()
@@ -140,23 +231,24 @@ class Client(object):
         worker.join(timeout)
         seconds = self.clock() - started
         if worker.is_alive():
-            return Fetched(error='timeout', message='no complete answer in %s s' % timeout, seconds=seconds)
+            return Fetched(error='timeout', message='no complete answer in %s s' % round(timeout, 3), seconds=seconds)
         if 'config_error' in outcome:
             raise CheckError(outcome['config_error'])
-        fetched = outcome.get('fetched') or Fetched(error='dropped', message='no answer')
+        fetched = outcome.get('fetched') or Fetched(error='client', message='the request ended without an answer')
         fetched.seconds = seconds
         return fetched
 
-    def _worker(self, outcome, method, path, timeout, headers, auth, body, text_only):
+    def _worker(self, outcome, method, path, timeout, headers, auth, body, text_only, max_bytes):
         try:
-            outcome['fetched'] = self._do(method, path, timeout, headers, auth, body, text_only)
+            outcome['fetched'] = self._do(method, path, timeout, headers, auth, body, text_only, max_bytes)
         except CheckError as exc:
             outcome['config_error'] = str(exc)
         except Exception as exc:  # pylint: disable=broad-except
-            # Anything unexpected is still an answer we can report, never a traceback.
-            outcome['fetched'] = Fetched(error='dropped', message='%s: %s' % (type(exc).__name__, exc))
+            # Anything unexpected is still an answer we can report, never a traceback, and never
+            # taken for a server that did not answer.
+            outcome['fetched'] = Fetched(error='client', message='%s: %s' % (type(exc).__name__, exc))
 
-    def _do(self, method, path, timeout, headers, auth, body, text_only):
+    def _do(self, method, path, timeout, headers, auth, body, text_only, max_bytes):
         url = urljoin(self.base, path)
         send_headers = dict(headers or {})
         if auth and self.api_key:
@@ -169,43 +261,53 @@ class Client(object):
             try:
                 response = self.session.request(method, url, headers=send_headers, data=data, timeout=timeout,
                                                 verify=self.verify, allow_redirects=False, stream=True)
+            except (rexc.InvalidHeader, rexc.InvalidURL, rexc.MissingSchema, rexc.InvalidSchema) as exc:
+                raise CheckError('the request to /%s could not be sent (%s)' % (path, type(exc).__name__))
             except rexc.RequestException as exc:
                 kind, message = _classify(exc)
                 return Fetched(error=kind, message=message)
+            except _UNSENT as exc:
+                # Raised while the request was prepared or its headers encoded: nothing was sent, so
+                # this says nothing about the server.
+                raise CheckError('the request to /%s could not be sent (%s)' % (path, type(exc).__name__))
             try:
                 if response.status_code in _REDIRECTS and response.headers.get('Location'):
-                    target = urljoin(url, response.headers['Location'])
-                    if _origin(target) != _origin(url):
+                    try:
+                        target = urljoin(url, response.headers['Location'])
+                        other = _origin(target) != _origin(url)
+                    except ValueError:
+                        return Fetched(error='redirect', message='a redirect to a location that is not a URL')
+                    if other:
                         return Fetched(error='redirect', message='redirected to another server (%s); point url at '
-                                                                 'the vLLM server itself' % target)
+                                                                 'the vLLM server itself' % display_url(target)[:200])
                     url = target
                     continue
-                return self._read_body(response, text_only)
+                return self._read_body(response, text_only, max_bytes)
             finally:
                 response.close()
         return Fetched(error='redirect', message='more than %d redirects' % MAX_REDIRECTS)
 
-    def _read_body(self, response, text_only):
+    def _read_body(self, response, text_only, max_bytes):
         status = response.status_code
         ctype = response.headers.get('Content-Type', '')
         if text_only and status == 200 and 'html' in ctype.lower():
             return Fetched(status=status, error='invalid',
                            message='answered an HTML page (Content-Type %s), not Prometheus text' % ctype)
         declared = response.headers.get('Content-Length')
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
+        if declared and declared.isdigit() and len(declared) < 20 and int(declared) > max_bytes:
             return Fetched(status=status, error='too_large',
-                           message='the body is %s bytes, over the cap of %d' % (declared, self.max_bytes))
-        chunks = []
-        size = 0
+                           message='the body is %s bytes, over the cap of %d' % (declared, max_bytes))
+        body = bytearray()
         try:
+            # Decompressed as it arrives (gzip): the cap counts what would be kept, not the wire.
             for chunk in response.iter_content(65536):
-                size += len(chunk)
-                if size > self.max_bytes:
+                if len(body) + len(chunk) > max_bytes:
                     return Fetched(status=status, error='too_large',
-                                   message='the body is over the cap of %d bytes' % self.max_bytes)
-                chunks.append(chunk)
+                                   message='the body is over the cap of %d bytes' % max_bytes)
+                body += chunk
         except rexc.RequestException as exc:
             kind, message = _classify(exc)
             return Fetched(status=status, error=kind, message=message)
-        raw = b''.join(chunks)
-        return Fetched(status=status, text=raw.decode('utf-8', 'replace'))
+        text = body.decode('utf-8', 'replace')
+        del body
+        return Fetched(status=status, text=text)

@@ -12,6 +12,13 @@ waiting, deferred waiting requests, the KV-cache gauge, the sleep state, and
 the progress counters summed over their other labels. For the process as a
 whole it keeps the start time and the ``*_created`` values of vLLM series,
 which together tell whether two readings came from the same process.
+
+A number that cannot be true is not a reading: a gauge that is negative, NaN
+or infinite, a KV-cache usage outside 0..1, a counter that is negative or not
+finite. Such a value is left out and named in ``problems``; a reading whose
+request gauges have a problem has no ``in_flight`` (None), so nobody mistakes
+it for "nothing in flight". The number of engines is capped (``MAX_ENGINES``),
+and so is what the evidence keeps of them (``EVIDENCE_ENGINES``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,7 +27,7 @@ __metaclass__ = type
 
 import math
 
-from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import parse
+from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import iter_samples
 
 RUNNING = 'vllm:num_requests_running'
 WAITING = 'vllm:num_requests_waiting'
@@ -46,6 +53,15 @@ PROGRESS_COUNTERS = (
 )
 
 _GAUGES = (RUNNING, WAITING, WAITING_BY_REASON, SLEEP_STATE) + KV_CACHE
+
+# More data-parallel engines than any deployment has: past it the exposition is not judged.
+MAX_ENGINES = 256
+# Engines whose numbers each read keeps in the evidence (the others are counted).
+EVIDENCE_ENGINES = 16
+# A request gauge above this is not a number of requests.
+MAX_REQUESTS = 1e9
+# A model name longer than this is not used (the probe then asks /v1/models).
+MAX_NAME = 256
 _WANTED = frozenset(PROGRESS_COUNTERS + _GAUGES + V0_ONLY + (START_TIME,))
 
 
@@ -57,10 +73,19 @@ def _finite(value):
     return value is not None and not math.isnan(value) and not math.isinf(value)
 
 
+class ReadingError(ValueError):
+    """The exposition is valid text, but not one this check can judge (too many engines)."""
+
+
+def _fmt(value):
+    return '%g' % value
+
+
 class EngineReading(object):
     """One engine's numbers in one reading."""
 
-    __slots__ = ('running', 'waiting', 'deferred', 'kv_cache', 'awake', 'counters', 'model_name')
+    __slots__ = ('running', 'waiting', 'deferred', 'kv_cache', 'awake', 'counters', 'model_name', 'problems',
+                 'bad_counters', 'bad_gauges')
 
     def __init__(self):
         self.running = None
@@ -70,13 +95,27 @@ class EngineReading(object):
         self.awake = None
         self.counters = {}
         self.model_name = None
+        self.problems = []
+        self.bad_counters = set()
+        self.bad_gauges = set()
 
     @property
     def in_flight(self):
-        return (self.running or 0) + (self.waiting or 0)
+        """Requests running and waiting; None when a request gauge is not a reading."""
+        if self.bad_gauges & _REQUEST_GAUGES:
+            return None
+        # Deferred requests are part of waiting (0.25+); a deferred count above it still counts.
+        return (self.running or 0) + max(self.waiting or 0, self.deferred or 0)
+
+    def series(self):
+        """The progress series this engine reports: its counters, and 'kv' for the KV-cache gauge."""
+        names = set(self.counters)
+        if self.kv_cache is not None:
+            names.add('kv')
+        return frozenset(names)
 
     def as_dict(self):
-        return {
+        out = {
             'running': self.running,
             'waiting': self.waiting,
             'deferred': self.deferred,
@@ -84,13 +123,41 @@ class EngineReading(object):
             'awake': self.awake,
             'counters': dict(self.counters),
         }
+        if self.problems:
+            out['problems'] = list(self.problems)
+        return out
+
+
+_REQUEST_GAUGES = frozenset((RUNNING, WAITING, WAITING_BY_REASON))
+
+
+def judgeable(before, after):
+    """Why two readings of one engine cannot show that nothing moved, or None when they can.
+
+    "Nothing moved" is evidence only when both readings carry the same progress series, the
+    KV-cache gauge among them (in V1 a long chunked prefill moves nothing else) and at least one
+    engine counter, all present and finite.
+    """
+    old, new = before.series(), after.series()
+    if old != new:
+        gone = sorted(old - new)
+        came = sorted(new - old)
+        return 'its progress series changed between reads (%s)' % '; '.join(
+            part for part in ('missing: %s' % ', '.join(gone) if gone else '',
+                              'new: %s' % ', '.join(came) if came else '') if part)
+    if 'kv' not in new:
+        return 'it reports no KV-cache gauge, which is all that moves during a long prefill'
+    if len(new) < 2:
+        return 'it reports no engine counter'
+    return None
 
 
 class Reading(object):
     """One scrape of /metrics, reduced to what the verdict needs."""
 
-    def __init__(self, engines, start_time, created, has_vllm, at=None, seconds=None, v0=False):
+    def __init__(self, engines, start_time, created, has_vllm, at=None, seconds=None, v0=False, problems=None):
         self.v0 = v0
+        self.process_problems = list(problems or [])
         self.engines = engines
         self.start_time = start_time
         self.created = created
@@ -116,7 +183,19 @@ class Reading(object):
 
     @property
     def in_flight(self):
-        return sum(e.in_flight for e in self.engines.values())
+        """Requests running and waiting on every engine; None when any engine's gauges are not readings."""
+        values = [e.in_flight for e in self.engines.values()]
+        if any(value is None for value in values):
+            return None
+        return sum(values)
+
+    @property
+    def problems(self):
+        """Every value that was left out because it cannot be true, with its engine."""
+        out = list(self.process_problems)
+        for key, engine in sorted(self.engines.items()):
+            out.extend('%s on engine %s' % (problem, key) for problem in engine.problems)
+        return out
 
     @property
     def kv_cache(self):
@@ -141,8 +220,9 @@ class Reading(object):
         return sum(values) if values else None
 
     def summary(self):
-        """A compact, JSON-friendly record for the evidence."""
-        return {
+        """A compact, JSON-friendly record for the evidence (at most EVIDENCE_ENGINES engines)."""
+        keys = sorted(self.engines, key=engine_order)
+        out = {
             'at': self.at,
             'seconds': None if self.seconds is None else round(self.seconds, 4),
             'process_start_time': self.start_time,
@@ -152,17 +232,38 @@ class Reading(object):
             'kv_cache_usage': self.kv_cache,
             'steps': self.counter(STEPS),
             'generation_tokens': self.counter(GENERATION),
-            'engines': dict((k, v.as_dict()) for k, v in sorted(self.engines.items())),
+            'engines': dict((k, self.engines[k].as_dict()) for k in keys[:EVIDENCE_ENGINES]),
         }
+        if len(keys) > EVIDENCE_ENGINES:
+            out['engines_not_shown'] = len(keys) - EVIDENCE_ENGINES
+        problems = self.problems
+        if problems:
+            out['problems'] = problems[:EVIDENCE_ENGINES]
+        return out
+
+
+def engine_order(key):
+    """Sort key of engine labels: numbers in numeric order, then any others."""
+    return (0, int(key), '') if key.isdigit() and len(key) < 10 else (1, 0, key)
+
+
+def _gauge(engine, name, value, top):
+    """A gauge's value when it can be true (0..top, finite), else None and a problem noted."""
+    if _finite(value) and 0 <= value <= top:
+        return value
+    engine.bad_gauges.add(name)
+    engine.problems.append('%s=%s' % (name.replace('vllm:', ''), _fmt(value)))
+    return None
 
 
 def reading_from_samples(samples, at=None, seconds=None):
-    """Reduce parsed samples (name, labels, value) to a Reading."""
+    """Reduce parsed samples (name, labels, value) to a Reading (ReadingError past MAX_ENGINES)."""
     engines = {}
     created = {}
     start_time = None
     has_vllm = False
     v0 = False
+    problems = []
 
     def engine_for(labels):
         key = '0'
@@ -174,14 +275,20 @@ def reading_from_samples(samples, at=None, seconds=None):
                 model = value
         engine = engines.get(key)
         if engine is None:
+            if len(engines) >= MAX_ENGINES:
+                raise ReadingError('more than %d engine label values: not an exposition this check can judge'
+                                   % MAX_ENGINES)
             engine = engines[key] = EngineReading()
-        if model and not engine.model_name:
+        if model and not engine.model_name and len(model) <= MAX_NAME:
             engine.model_name = model
         return engine
 
     for name, labels, value in samples:
         if name == START_TIME:
-            start_time = value
+            if _finite(value) and value > 0:
+                start_time = value
+            else:
+                problems.append('%s=%s' % (START_TIME, _fmt(value)))
             continue
         if not name.startswith('vllm:'):
             continue
@@ -190,31 +297,43 @@ def reading_from_samples(samples, at=None, seconds=None):
             v0 = True
             continue
         if name.endswith('_created'):
-            created[(name, tuple(sorted(labels)))] = value
+            if _finite(value) and len(created) < 4 * MAX_ENGINES:
+                created[(name, tuple(sorted(labels)))] = value
             continue
         engine = engine_for(labels)
         if name == RUNNING:
-            engine.running = value
+            engine.running = _gauge(engine, name, value, MAX_REQUESTS)
         elif name == WAITING:
-            engine.waiting = value
+            engine.waiting = _gauge(engine, name, value, MAX_REQUESTS)
         elif name == WAITING_BY_REASON:
             if dict(labels).get('reason') == 'deferred':
-                engine.deferred = value
+                engine.deferred = _gauge(engine, name, value, MAX_REQUESTS)
         elif name in KV_CACHE:
             # Multiprocess mode of 0.10/0.11 may add a pid label: take the max.
-            if _finite(value) and (engine.kv_cache is None or value > engine.kv_cache):
+            value = _gauge(engine, name, value, 1.0)
+            if value is not None and (engine.kv_cache is None or value > engine.kv_cache):
                 engine.kv_cache = value
         elif name == SLEEP_STATE:
             if dict(labels).get('sleep_state') == 'awake':
-                engine.awake = value >= 1
-        elif name in PROGRESS_COUNTERS and _finite(value):
-            engine.counters[name] = engine.counters.get(name, 0.0) + value
-    return Reading(engines, start_time, created, has_vllm, at=at, seconds=seconds, v0=v0)
+                value = _gauge(engine, name, value, 1.0)
+                engine.awake = None if value is None else value >= 1
+        elif name in PROGRESS_COUNTERS:
+            if name in engine.bad_counters:
+                continue
+            total = engine.counters.get(name, 0.0) + value
+            if _finite(value) and value >= 0 and _finite(total):
+                engine.counters[name] = total
+            else:
+                # One sample of a counter that cannot be true spoils its sum: leave the counter out.
+                engine.bad_counters.add(name)
+                engine.counters.pop(name, None)
+                engine.problems.append('%s=%s' % (name.replace('vllm:', ''), _fmt(value)))
+    return Reading(engines, start_time, created, has_vllm, at=at, seconds=seconds, v0=v0, problems=problems)
 
 
 def read_text(text, at=None, seconds=None):
-    """Parse exposition text into a Reading (raises ExpositionError)."""
-    return reading_from_samples(parse(text, _wanted), at=at, seconds=seconds)
+    """Parse exposition text into a Reading (raises ExpositionError or ReadingError)."""
+    return reading_from_samples(iter_samples(text, _wanted), at=at, seconds=seconds)
 
 
 def progress_counters(idle_ticks=False):

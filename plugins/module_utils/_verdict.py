@@ -33,12 +33,35 @@ STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 
 FETCH_ERRORS = (
     'refused',      # nothing listens (connection refused, host unreachable, name does not resolve)
     'timeout',      # no (complete) answer in time
-    'dropped',      # the connection closed before an answer
+    'deadline',     # the check's overall deadline left no time for it (see check_deadline)
+    'dropped',      # the connection was closed or reset before an answer
     'too_large',    # the body is over the size cap
     'tls',          # certificate or TLS handshake failure
     'redirect',     # a redirect to another server, or too many
     'invalid',      # the answer is not what the endpoint gives (set by the verdict code)
+    'client',       # the HTTP client failed on the answer (not the server's silence)
 )
+
+# A probe counts as unanswered only when it waited this share of probe_timeout (clock granularity).
+FULL_WAIT = 0.98
+# Lengths kept of strings that come from the server or from exceptions.
+MAX_MESSAGE = 300
+MAX_IDS = 16
+MAX_NOTES = 20
+
+
+def check_deadline(interval, probe_timeout, metrics_timeout):
+    """Seconds one check may take at most, from its settings: two waits, two probes and eight reads
+    of the cheap endpoints (the longest path: /version, three /metrics reads, /v1/models, two
+    /health reads and one more /metrics read after a restart). The role's async budget adds its
+    start-up margin to this same number."""
+    return 2 * interval + 2 * probe_timeout + 8 * metrics_timeout
+
+
+def clip(text, limit=MAX_MESSAGE):
+    """A string from outside, cut to a length that keeps results small."""
+    text = '%s' % (text,)
+    return text if len(text) <= limit else text[:limit] + '...'
 
 
 NO_PROBE = {'sent': False, 'ok': None, 'outcome': None, 'seconds': None, 'status': None, 'error': None, 'model': None}
@@ -68,7 +91,7 @@ class Fetched(object):
 
     def describe(self):
         if self.error:
-            return '%s (%s)' % (self.error, self.message) if self.message else self.error
+            return '%s (%s)' % (self.error, clip(self.message)) if self.message else self.error
         return 'HTTP %s' % self.status
 
 
@@ -80,20 +103,31 @@ def engine_is_dead(fetched):
 
 def parse_version(text):
     """'0.7.3' -> (0, 7); '0.11.0rc1' -> (0, 11); anything else -> None."""
-    match = re.match(r'\s*v?(\d+)\.(\d+)', text or '')
+    match = re.match(r'\s*v?(\d{1,4})\.(\d{1,4})', text or '')
     if not match:
         return None
     return int(match.group(1)), int(match.group(2))
 
 
-def probe_outcome(fetched):
-    """Classify a one-token probe: 'ok', 'no_answer' (timeout or dropped:
-    counts towards stuck), 'refused', 'server_error', 'rejected' (4xx: a
-    configuration problem) or 'invalid' (200 without a completion)."""
-    if fetched.error in ('timeout', 'dropped'):
-        return 'no_answer'
+def probe_outcome(fetched, probe_timeout=None):
+    """Classify a one-token probe.
+
+    'ok'; 'no_answer' (it waited its whole ``probe_timeout`` without an answer: the only outcome
+    that counts towards stuck); 'cut_short' (a timeout shorter than that, when the check's deadline
+    left less time); 'dropped' (the connection was closed or reset before an answer: a proxy or
+    firewall, or a crashing server, never a hang); 'refused'; 'server_error' (5xx); 'rejected'
+    (4xx: a configuration problem); 'invalid' (200 without a completion, or an unusable answer)."""
+    if fetched.error == 'timeout':
+        waited = fetched.seconds if fetched.seconds is not None else 0.0
+        if probe_timeout is None or waited >= FULL_WAIT * probe_timeout:
+            return 'no_answer'
+        return 'cut_short'
+    if fetched.error == 'deadline':
+        return 'cut_short'
+    if fetched.error in ('dropped', 'refused'):
+        return fetched.error
     if fetched.error:
-        return 'refused' if fetched.error == 'refused' else 'invalid'
+        return 'invalid'
     if fetched.status >= 500:
         return 'server_error'
     if fetched.status != 200:
@@ -115,18 +149,30 @@ def _dead_or(fetched_health, verdict):
         if engine_is_dead(fetched_health) else verdict
 
 
+def _count(value):
+    """A request count for a sentence ('3', '2.5')."""
+    return '%d' % value if value == int(value) else '%g' % value
+
+
 class Judge(object):
-    """One check of one server. Use ``Judge(...).run()``."""
+    """One check of one server. Use ``Judge(...).run()``.
+
+    ``clock`` gives the wall time kept in the evidence; ``monotonic`` measures waits and the
+    overall ``deadline`` (seconds from the start of ``run``; None for no limit).
+    """
 
     def __init__(self, server, interval=5.0, model=None, sleep=None, clock=None,
-                 probe_timeout=None, metrics_timeout=None):
+                 probe_timeout=None, metrics_timeout=None, monotonic=None, deadline=None):
         self.server = server
         self.interval = float(interval)
         self.model = model
         self.sleep = sleep
         self.clock = clock
+        self.monotonic = monotonic or clock
         self.probe_timeout = probe_timeout
         self.metrics_timeout = metrics_timeout
+        self.deadline = deadline
+        self.ends = None
         self.version = None
         self.idle_ticks = False
         self.readings = []
@@ -144,19 +190,36 @@ class Judge(object):
     def _now(self):
         return self.clock() if self.clock else None
 
+    def _mono(self):
+        return self.monotonic() if self.monotonic else None
+
+    def left(self):
+        """Seconds left before the overall deadline, or None without one."""
+        if self.ends is None:
+            return None
+        return self.ends - self._mono()
+
+    def note(self, text):
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append(clip(text))
+
     def read(self):
         """Scrape /metrics once: (Reading, None) or (None, Fetched)."""
         at = self._now()
+        mono = self._mono()
         fetched = self.server.metrics()
         if fetched.error or fetched.status != 200:
             return None, fetched
         try:
             reading = readings.read_text(fetched.text, at=at, seconds=fetched.seconds)
-        except ExpositionError as exc:
-            return None, Fetched(status=200, error='invalid', message='not Prometheus text: %s' % exc,
-                                 seconds=fetched.seconds)
+        except (ExpositionError, readings.ReadingError) as exc:
+            return None, Fetched(status=200, error='invalid', message='not Prometheus text this check can judge: %s'
+                                 % clip(exc), seconds=fetched.seconds)
+        reading.mono = mono
         if reading.v0:
             self.idle_ticks = True
+        for problem in reading.problems[:3]:
+            self.note('left out, a value that cannot be true: %s' % problem)
         self.readings.append(reading)
         return reading, None
 
@@ -167,7 +230,7 @@ class Judge(object):
     def probe(self):
         model = self.model or self._model_from_metrics() or self._model_from_api()
         fetched = self.server.probe(model)
-        outcome = probe_outcome(fetched)
+        outcome = probe_outcome(fetched, self.probe_timeout)
         record = {
             'sent': True,
             'ok': outcome == 'ok',
@@ -192,7 +255,7 @@ class Judge(object):
         if ids:
             self.models = ids
             return ids[0]
-        self.notes.append('/v1/models gave no model id (%s); the probe names no model' % fetched.describe())
+        self.note('/v1/models gave no model id (%s); the probe names no model' % fetched.describe())
         return None
 
     # -- verdicts ----------------------------------------------------------
@@ -223,11 +286,12 @@ class Judge(object):
             'evidence': {
                 'interval': self.interval,
                 'reads': [r.summary() for r in self.readings],
-                'moved': self.moves,
+                'moved': [_trim_engines(moved) for moved in self.moves],
                 'probes': self.probes,
                 'health': self.health.describe() if self.health is not None else None,
                 'idle_ticks': self.idle_ticks,
                 'notes': self.notes,
+                'deadline': self.deadline,
             },
         }
         return result
@@ -238,13 +302,15 @@ class Judge(object):
         if fetched.error == 'refused':
             when = ' between reads' if between else ''
             return self.finish('down', 'nothing answers%s (%s); a server still loading its weights does not '
-                                       'listen either' % (when, fetched.message or fetched.error))
+                                       'listen either' % (when, clip(fetched.message or fetched.error)))
         if fetched.error == 'tls':
-            raise CheckError('TLS error on %s: %s' % (what, fetched.message))
+            raise CheckError('TLS error on %s: %s' % (what, clip(fetched.message)))
         if fetched.error == 'timeout':
             return self.finish('unknown', '%s gave no complete answer within %s s: a slow /metrics is a loaded '
                                           'server or a loaded host, never taken for stuck'
                                % (what, self.metrics_timeout))
+        if fetched.error == 'deadline':
+            return self.out_of_time()
         if fetched.error:
             return self.finish('unknown', '%s could not be read: %s' % (what, fetched.describe()))
         if fetched.status == 404:
@@ -256,9 +322,18 @@ class Judge(object):
             return self.finish(state, reason)
         return self.finish('unknown', '/metrics answered HTTP %s' % fetched.status)
 
+    def out_of_time(self):
+        return self.finish('unknown', 'the check ran out of its overall time of %s s (2 x interval + 2 x '
+                                      'probe_timeout + 8 x metrics_timeout) before it could judge: never taken '
+                                      'for stuck' % _count(self.deadline))
+
+    def not_readings(self, reading):
+        return self.finish('unknown', 'the metrics report request counts that cannot be true (%s): the server '
+                                      'is neither judged nor probed' % clip('; '.join(reading.problems[:5])))
+
     def probe_only(self, why):
         """No usable metrics: judge by a one-token probe alone, never 'stuck'."""
-        self.notes.append(why)
+        self.note(why)
         health = self.check_health()
         if engine_is_dead(health):
             return self.finish('down', 'the engine is dead: /health answered %s (%s)' % (health.describe(), why))
@@ -273,24 +348,35 @@ class Judge(object):
         return self.probe_failed(outcome, fetched)
 
     def probe_failed(self, outcome, fetched):
-        """A probe that got an answer that is not a completion."""
+        """A probe that was not answered with a completion, and not by a full wait."""
         if outcome == 'rejected':
             hint = ' (check api_key)' if fetched.status in (401, 403) else \
                 ' (check the model name)' if fetched.status == 404 else ''
             return self.finish('unknown', 'the probe was rejected with HTTP %s%s' % (fetched.status, hint))
-        if outcome in ('server_error', 'refused'):
+        if outcome == 'cut_short':
+            return self.finish('unknown', 'the probe got no answer, but the check\'s overall deadline cut it short '
+                                          'after %.2f s of probe_timeout %s s: not a full wait, never taken for '
+                                          'stuck' % (fetched.seconds or 0.0, self.probe_timeout))
+        if outcome in ('server_error', 'refused', 'dropped'):
             health = self.check_health()
             if engine_is_dead(health):
                 return self.finish('down', 'the probe got %s and /health answered %s'
                                    % (fetched.describe(), health.describe()))
+            if outcome == 'dropped':
+                return self.finish('unknown', 'the probe\'s connection was closed after %.2f s without an answer '
+                                              '(%s) while /health answered %s: a proxy or firewall that drops '
+                                              'requests, or a crashing server, not a hang'
+                                   % (fetched.seconds or 0.0, fetched.describe(), health.describe()))
             return self.finish('unknown', 'the probe got %s while /health answered %s'
                                % (fetched.describe(), health.describe()))
         return self.finish('unknown', 'the probe answer had no completion token (%s)' % fetched.describe())
 
     def run(self):
+        if self.deadline is not None:
+            self.ends = self._mono() + self.deadline
         version = self.server.version()
         body = version.json() if not version.error and version.status == 200 else None
-        if isinstance(body, dict) and isinstance(body.get('version'), str):
+        if isinstance(body, dict) and isinstance(body.get('version'), str) and len(body['version']) <= 64:
             self.version = body['version']
             parsed = parse_version(self.version)
             # V0 and V1 0.7.x observe a 0 into the step histogram while idle.
@@ -304,10 +390,12 @@ class Judge(object):
         if first.sleeping:
             return self.finish('sleeping', 'the engine sleeps on purpose (vllm:engine_sleep_state awake=0): '
                                            'not probed, not judged')
+        if first.in_flight is None:
+            return self.not_readings(first)
         if first.in_flight == 0:
             if first.running is None:
-                self.notes.append('no running/waiting samples yet (multiprocess metrics before the first '
-                                  'engine step): nothing has run')
+                self.note('no running/waiting samples yet (multiprocess metrics before the first engine step): '
+                          'nothing has run')
             return self.idle_path(first)
         return self.busy_path(first)
 
@@ -337,22 +425,29 @@ class Judge(object):
         after, moved, ended = self.read_again(before)
         if ended:
             return ended
+        if after.in_flight is None:
+            return self.not_readings(after)
         if any(moved.values()):
             if after.in_flight:
                 return self.finish('busy', 'the probe got no answer in %s s, but the engine moved and now has '
-                                           '%d in flight: the probe queued behind work, not stuck'
-                                   % (self.probe_timeout, after.in_flight))
+                                           '%s in flight: the probe queued behind work, not stuck'
+                                   % (self.probe_timeout, _count(after.in_flight)))
             return self.finish('unknown', 'the probe got no answer in %s s, but the engine moved: not stuck'
                                % self.probe_timeout)
         if after.in_flight:
             # Work arrived (someone else's): judge it by its progress instead.
-            self.notes.append('after an unanswered probe %d request(s) are in flight: judged by progress'
-                              % after.in_flight)
+            self.note('after an unanswered probe %s request(s) are in flight: judged by progress'
+                      % _count(after.in_flight))
             return self.busy_path(after)
+        why = _unjudgeable(before, after, set(before.engines) | set(after.engines))
+        if why:
+            return self.finish('unknown', 'the probe got no answer in %s s, but that nothing moved cannot be shown: '
+                                          '%s' % (self.probe_timeout, why))
         if attempt == 1:
             return self.idle_path(after, attempt=2)
-        return self.finish('stuck', 'nothing in flight, yet two one-token probes got no answer (%s s each) and '
-                                    'no counter or gauge moved: an idle-looking hang' % self.probe_timeout)
+        return self.finish('stuck', 'nothing in flight, yet two one-token probes each waited their full %s s '
+                                    'without an answer and no counter or gauge moved: an idle-looking hang'
+                           % self.probe_timeout)
 
     # -- work in flight: compare counters, never probe -----------------------
 
@@ -372,18 +467,29 @@ class Judge(object):
     def busy_path(self, before):
         stalled_before = None
         for wait in (1, 2):
+            left = self.left()
+            if left is not None and left < self.interval + (self.metrics_timeout or 0):
+                return self.out_of_time()
             self.sleep(self.interval)
             after, moved, ended = self.read_again(before)
             if ended:
                 return ended
-            stalled = set(key for key, engine in after.engines.items()
-                          if key in before.engines and not moved.get(key)
-                          and (engine.in_flight or before.engines[key].in_flight)
-                          and engine.awake is not False)
+            if after.in_flight is None:
+                return self.not_readings(after)
+            keys = set(before.engines) | set(after.engines)
+            stalled = set(key for key in keys if not moved.get(key) and _has_work(before, after, key))
             if not stalled:
                 return self.finish('busy', self._busy_reason(before, after, moved))
+            why = _unjudgeable(before, after, stalled)
+            if why:
+                return self.finish('unknown', '%s request(s) in flight and nothing moved within %s s, but that '
+                                              'cannot be shown: %s' % (_count(after.in_flight), self.interval, why))
+            span = _span(before, after)
+            if span is not None and span < self.interval - 0.01:
+                return self.finish('unknown', 'nothing moved, but the reads were only %.3f s apart, not the '
+                                              'interval of %s s: no evidence' % (span, self.interval))
             if stalled_before is not None:
-                stuck = sorted(stalled & stalled_before)
+                stuck = sorted(stalled & stalled_before, key=readings.engine_order)
                 if not stuck:
                     return self.finish('busy', self._busy_reason(before, after, moved))
                 return self.stuck(after, stuck)
@@ -393,11 +499,11 @@ class Judge(object):
 
     def _busy_reason(self, before, after, moved):
         what = sorted(set(name.replace('vllm:', '') for names in moved.values() for name in names))
-        return ('%d request(s) in flight and the engine moved within %s s (%s); no probe sent'
-                % (max(before.in_flight, after.in_flight), self.interval, ', '.join(what)))
+        return ('%s request(s) in flight and the engine moved within %s s (%s); no probe sent'
+                % (_count(max(before.in_flight, after.in_flight)), self.interval, ', '.join(what[:8])))
 
     def stuck(self, after, stuck):
-        self.stuck_engines = stuck
+        self.stuck_engines = stuck[:readings.MAX_ENGINES]
         all_engines = len(stuck) == len(after.engines)
         deferred_only = all((after.engines[k].running or 0) == 0 and after.engines[k].waiting
                             and after.engines[k].deferred == after.engines[k].waiting for k in stuck)
@@ -410,14 +516,14 @@ class Judge(object):
             return self.finish('down', 'work in flight, nothing moved, and /health answered %s'
                                % health.describe())
         if not all_engines:
-            which = ' on engine(s) %s while the other engines moved' % ', '.join(stuck)
+            which = ' on engine(s) %s while the other engines moved' % clip(', '.join(stuck), 120)
         elif len(stuck) > 1:
-            which = ' on every engine (%s)' % ', '.join(stuck)
+            which = ' on every engine (%s)' % clip(', '.join(stuck), 120)
         else:
             which = ''
-        return self.finish('stuck', '%d request(s) in flight and no counter or KV-cache gauge moved across two '
+        return self.finish('stuck', '%s request(s) in flight and no counter or KV-cache gauge moved across two '
                                     'waits of %s s%s (/health answered %s, which a hang does not change)'
-                           % (after.in_flight, self.interval, which, health.describe()))
+                           % (_count(after.in_flight), self.interval, which, health.describe()))
 
     # -- another process between reads -------------------------------------
 
@@ -436,10 +542,14 @@ class Judge(object):
                 return self.balanced(how)
             latest = again
         self.restarted = True
-        self.notes.append('restart seen: %s; counters of the two processes are not compared' % how)
+        self.note('restart seen: %s; counters of the two processes are not compared' % how)
+        if latest.in_flight is None:
+            return self.finish('restarted', 'the server restarted between reads (%s); the new process reports '
+                                            'request counts that cannot be true, so it was not probed' % how)
         if latest.in_flight:
             return self.finish('restarted', 'the server restarted between reads (%s); the new process already has '
-                                            '%d request(s) in flight, so it was not probed' % (how, latest.in_flight))
+                                            '%s request(s) in flight, so it was not probed'
+                               % (how, _count(latest.in_flight)))
         outcome, fetched = self.probe()
         if outcome == 'ok':
             return self.finish('restarted', 'the server restarted between reads (%s) and the new process answered '
@@ -448,20 +558,53 @@ class Judge(object):
                                        'answered a probe yet (%s)' % (how, fetched.describe()))
 
     def balanced(self, how):
-        self.notes.append(how)
+        self.note(how)
         return self.finish('unknown', 'reads came from different server processes that alternate (%s): this URL '
                                       'looks like a load balancer; check it with kind=proxy and check its backends '
                                       'directly' % how)
 
 
+def _has_work(before, after, key):
+    """Whether an engine had requests in flight in either read, and is not asleep on purpose."""
+    old, new = before.engines.get(key), after.engines.get(key)
+    work = any(engine is not None and engine.in_flight for engine in (old, new))
+    return work and not any(engine is not None and engine.awake is False for engine in (old, new))
+
+
+def _unjudgeable(before, after, keys):
+    """Why "nothing moved" on these engines is no evidence, or None when it is."""
+    empty = readings.EngineReading()
+    for key in sorted(keys, key=readings.engine_order):
+        why = readings.judgeable(before.engines.get(key, empty), after.engines.get(key, empty))
+        if why:
+            return 'engine %s: %s' % (clip(key, 40), why)
+    return None
+
+
+def _span(before, after):
+    old, new = getattr(before, 'mono', None), getattr(after, 'mono', None)
+    return None if old is None or new is None else new - old
+
+
+def _trim_engines(moved):
+    """One wait's moves for the evidence: at most EVIDENCE_ENGINES engines."""
+    if len(moved) <= readings.EVIDENCE_ENGINES:
+        return moved
+    keys = sorted(moved, key=readings.engine_order)
+    out = dict((key, moved[key]) for key in keys[:readings.EVIDENCE_ENGINES])
+    out['engines_not_shown'] = len(keys) - readings.EVIDENCE_ENGINES
+    return out
+
+
 def model_ids(fetched):
-    """The model ids of a /v1/models answer, or None."""
+    """The model ids of a /v1/models answer (at most MAX_IDS, each of a sane length), or None."""
     if fetched.error or fetched.status != 200:
         return None
     body = fetched.json()
     if not isinstance(body, dict) or not isinstance(body.get('data'), list):
         return None
-    ids = [m.get('id') for m in body['data'] if isinstance(m, dict) and isinstance(m.get('id'), str)]
+    ids = [m.get('id') for m in body['data'][:MAX_IDS] if isinstance(m, dict) and isinstance(m.get('id'), str)
+           and 0 < len(m['id']) <= readings.MAX_NAME]
     return ids or None
 
 

@@ -126,13 +126,36 @@ options:
     type: str
   metrics_max_bytes:
     description:
-      - The largest answer accepted from any endpoint, in bytes. A real C(/metrics) body is about 50 KB per engine.
+      - The largest C(/metrics) answer accepted, in bytes, after decompression; at most 64 MiB. A real C(/metrics)
+        body is about 50 KB per engine. The JSON endpoints (C(/version), C(/v1/models), the probe's answer) are capped
+        at 1 MiB or this, whichever is smaller.
+      - A larger answer gives V(unknown). Whatever arrives within the cap, the module stays under about 200 MB of
+        memory with the default.
     type: int
     default: 16777216
+  use_proxy:
+    description:
+      - Send the requests through the proxies named by the environment of the host that runs the module
+        (C(HTTP_PROXY), C(HTTPS_PROXY), C(ALL_PROXY), C(NO_PROXY)).
+      - By default they are ignored. A health check of a server must not depend on, or hand the API key to, a
+        proxy that the host's environment names for other purposes (a proxy that answers 502 would turn a
+        healthy server into V(down)).
+      - Even when true, a loopback URL (C(localhost), C(127.0.0.0/8), C(::1)) never goes through a proxy.
+      - With a proxy and an C(http://) URL the bearer key travels in clear text to the proxy; prefer C(https://).
+    type: bool
+    default: false
 notes:
   - Run it on the controller (O(url) pointing at the server, with C(delegate_to) V(localhost)) or on the vLLM host itself
     (O(url) V(http://127.0.0.1:8000)); it only needs HTTP access.
+  - One check never takes longer than its overall deadline, 2 x O(interval) + 2 x O(probe_timeout) + 8 x
+    O(metrics_timeout) seconds (150 s with the defaults); what is left of it caps every request, and a check that
+    runs out of it is V(unknown).
   - A C(/metrics) that answers slower than O(metrics_timeout) gives V(unknown), never V(stuck).
+  - V(stuck) needs proof. Values that cannot be true (negative, NaN or infinite gauges and counters), progress series
+    missing from a read, a probe whose connection was closed or reset, or a probe cut short are no evidence: they give
+    V(unknown) with the reason, never V(stuck). A request that cannot be sent at all (an O(api_key) with a newline, a
+    URL that does not parse) fails the task.
+  - The API key and a password in O(url) never appear in the result, in any spelling (raw, escaped, quoted).
   - V0 servers and V1 0.7.x observe idle zeros into the step histogram; for them (told by C(/version), or by V0-only
     series) the step count is not taken as progress.
 seealso:
@@ -210,8 +233,13 @@ reason:
   returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: 3 request(s) in flight and the engine moved within 5.0 s (generation_tokens_total, iteration_tokens_total_count); no probe sent
+line:
+  description: One line to read, C(<name>: <state> - <reason>).
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
+  type: str
+  sample: 'http://127.0.0.1:8000: idle - nothing in flight and a one-token probe answered in 0.04 s'
 url:
-  description: The URL that was checked.
+  description: The URL that was checked (a password in it shown as C(********)).
   returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: http://127.0.0.1:8000
@@ -317,8 +345,10 @@ stuck_engines:
 evidence:
   description:
     - The raw evidence. For a backend, C(reads) (each read's time, duration, start time, running, waiting, KV cache,
-      steps, generated tokens and per-engine numbers), C(moved) (per wait, per engine, what rose and by how much),
-      C(probes), C(health) (the C(/health) answer, when asked), C(interval), C(idle_ticks) and C(notes).
+      steps, generated tokens and per-engine numbers, at most 16 engines; values that cannot be true under
+      C(problems)), C(moved) (per wait, per engine, what rose and by how much), C(probes), C(health) (the C(/health)
+      answer, when asked), C(interval), C(deadline) (the check's overall time limit, seconds), C(idle_ticks) and
+      C(notes).
     - For a proxy, C(models_answer) and C(seconds).
   returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: dict
@@ -361,14 +391,38 @@ ansible_facts:
       type: dict
 '''
 
+import math
+
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SERVER, check_many, check_one
+from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SERVER, check_many, check_one, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._http import (
     DEFAULT_MAX_BYTES,
     HAS_REQUESTS,
     REQUESTS_IMPORT_ERROR,
+    display_url,
 )
+from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact
+
+# (option, smallest, largest, smallest allowed itself): every number is finite and in range.
+LIMITS = (
+    ('interval', 0, 3600, False),
+    ('probe_timeout', 0, 3600, False),
+    ('metrics_timeout', 0, 600, False),
+    ('metrics_max_bytes', 1024, 64 * 1024 * 1024, True),
+    ('workers', 1, 4096, True),
+)
+
+
+def invalid_settings(params):
+    """Messages for the numbers that are out of range (NaN and infinities included)."""
+    errors = []
+    for option, low, high, closed in LIMITS:
+        value = params[option]
+        if not math.isfinite(value) or value > high or value < low or (value == low and not closed):
+            errors.append('%s must be %s %s and at most %s, got %s' % (
+                option, 'at least' if closed else 'greater than', low, high, value))
+    return errors
 
 
 def main():
@@ -395,45 +449,50 @@ def main():
             ca_path=dict(type='path'),
             model=dict(type='str'),
             workers=dict(type='int', default=256),
+            use_proxy=dict(type='bool', default=False),
         ),
         required_one_of=[('url', 'servers')],
         mutually_exclusive=[('url', 'servers')],
         supports_check_mode=True,
     )
     params = module.params
+    specs = [params]
+    if params['servers'] is not None:
+        specs = []
+        for server in params['servers']:
+            spec = dict(params)
+            spec.update((key, server[key]) for key in PER_SERVER if server.get(key) is not None)
+            specs.append(spec)
+    # Every spelling of every secret is masked in whatever the module returns, failures included.
+    secrets = sorted(set(form for spec in specs for form in secrets_of(spec)), key=len, reverse=True)
+    module.no_log_values.update(secrets)
+
+    def fail(msg, **kwargs):
+        module.fail_json(msg=redact(msg, secrets), **redact(kwargs, secrets))
+
     if not HAS_REQUESTS:
         module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR)
-    for option in ('probe_timeout', 'metrics_timeout'):
-        if params[option] <= 0:
-            module.fail_json(msg='%s must be greater than 0, got %s' % (option, params[option]))
-    if params['interval'] < 0:
-        module.fail_json(msg='interval must not be negative, got %s' % params['interval'])
-    if params['metrics_max_bytes'] < 1024:
-        module.fail_json(msg='metrics_max_bytes must be at least 1024, got %s' % params['metrics_max_bytes'])
-    if params['workers'] < 1:
-        module.fail_json(msg='workers must be at least 1, got %s' % params['workers'])
+    errors = invalid_settings(params)
+    if errors:
+        fail('; '.join(errors))
 
     if params['url'] is not None:
         result = check_one(params)
         if result['error']:
-            module.fail_json(msg=result['error'], url=params['url'])
+            fail(result['error'], url=result['url'], line=result['line'])
         module.exit_json(changed=False, ansible_facts={'vllm_health': result,
                                                        'vllm_health_servers': {result['name']: result}}, **result)
 
-    specs = []
-    for server in params['servers']:
-        spec = dict(params)
-        spec.update((key, server[key]) for key in PER_SERVER if server.get(key) is not None)
-        specs.append(spec)
-    names = [spec.get('name') or spec['url'] for spec in specs]
+    names = [spec.get('name') or display_url(spec['url']) for spec in specs]
     if len(set(names)) != len(names):
-        module.fail_json(msg='servers need unique names (or unique urls): %s' % ', '.join(names))
+        fail('servers need unique names (or unique urls): %s' % ', '.join(names))
     results = check_many(specs, workers=params['workers'])
     by_name = dict((r['name'], r) for r in results)
     states = dict((r['name'], r['state']) for r in results)
     errors = [r for r in results if r.get('error')]
     if errors:
-        module.fail_json(msg='the check cannot run as configured for %s' % '; '.join(
+        # Every server still has its verdict in servers; the task fails for the ones configured wrong.
+        fail('the check cannot run as configured for %s' % '; '.join(
             '%s (%s)' % (r['name'], r['error']) for r in errors), servers=results, states=states)
     module.exit_json(changed=False, servers=results, states=states,
                      ansible_facts={'vllm_health_servers': by_name})

@@ -3,6 +3,7 @@
 import json
 import socket
 import ssl
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -10,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import trustme
 
-from ansible_collections.modelops.vllm.plugins.module_utils._http import Client, validate_url
+from ansible_collections.modelops.vllm.plugins.module_utils._http import Client, display_url, url_secrets, validate_url
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CheckError, Judge
 
 from fakes import capture
@@ -200,6 +201,116 @@ def test_name_that_does_not_resolve_is_refused_with_a_reason():
 def test_bad_urls_are_configuration_errors(url):
     with pytest.raises(CheckError):
         validate_url(url)
+
+
+@pytest.mark.parametrize('url', ['http://[::1', 'http://[::1]:99999', 'http://host:port', 'http://h ost:8000',
+                                 'http://host:8000\n'])
+def test_urls_that_do_not_parse_are_configuration_errors(url):
+    with pytest.raises(CheckError):
+        validate_url(url)
+
+
+def test_a_url_password_is_never_in_a_message():
+    with pytest.raises(CheckError) as info:
+        validate_url('ftp://user:pa55word@host/')
+    assert 'pa55word' not in str(info.value) and '********' in str(info.value)
+    assert display_url('http://u:p%40ss@h:8000/') == 'http://u:********@h:8000/'
+    assert url_secrets('http://u:p%40ss@h:8000') == ['p%40ss', 'p@ss']
+
+
+@pytest.mark.parametrize('key, why', [
+    ('s3cret\n', 'whitespace'), (' s3cret', 'whitespace'), ('s3c\x00ret', 'control character'),
+    ('s3c\rret', 'control character'), ('s3cr\u20acet', 'outside Latin-1'),
+])
+def test_an_api_key_that_cannot_be_sent_is_a_configuration_error_that_never_shows_it(server, key, why):
+    Handler.seen[:] = []
+    with pytest.raises(CheckError) as info:
+        Client(server, api_key=key)
+    assert why in str(info.value)
+    assert 's3c' not in str(info.value)
+    assert Handler.seen == []  # nothing was sent
+
+
+def test_a_request_that_cannot_be_prepared_is_a_configuration_error_not_a_lost_answer(server):
+    client = Client(server)
+    client.api_key = 'bad\nkey'  # past the constructor's check: the request itself must refuse it
+    with pytest.raises(CheckError, match='could not be sent'):
+        client.probe('tiny')
+
+
+def reset(handler):
+    # An abortive close (RST), as a firewall or a proxy that refuses POSTs does.
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+    handler.close_connection = True
+    handler.connection.close()
+
+
+def test_a_reset_probe_is_dropped_at_once_not_a_timeout(server):
+    Handler.routes['/reset/v1/completions'] = reset
+    fetched = Client(server + '/reset', probe_timeout=5).probe('tiny')
+    assert fetched.error == 'dropped'
+    assert fetched.seconds < 2.5
+
+
+def test_no_request_outlives_the_overall_deadline(server):
+    client = Client(server + '/slow', metrics_timeout=10, ends=time.monotonic() + 0.5)
+    fetched = client.metrics()
+    assert fetched.error == 'timeout' and fetched.seconds < 2.5
+    after = client.metrics()
+    assert after.error == 'deadline'
+
+
+@pytest.fixture
+def proxy_502():
+    """An HTTP proxy in the environment that answers 502 to everything, and records what reached it."""
+    seen = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen.append((self.path, self.headers.get('Authorization')))
+            self.send_response(502)
+            self.send_header('Content-Length', '0')
+            self.end_headers()
+
+        do_POST = do_GET
+
+    httpd = ThreadingHTTPServer(('127.0.0.1', 0), Proxy)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield 'http://127.0.0.1:%d' % httpd.server_address[1], seen
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.mark.parametrize('variable', ['HTTP_PROXY', 'http_proxy', 'ALL_PROXY'])
+def test_environment_proxies_are_ignored_by_default(server, proxy_502, monkeypatch, variable):
+    proxy, seen = proxy_502
+    monkeypatch.setenv(variable, proxy)
+    fetched = Client(server, api_key='s3cret').models()
+    assert fetched.status == 200
+    assert seen == []
+
+
+def test_a_loopback_url_never_goes_through_a_proxy_even_with_use_proxy(server, proxy_502, monkeypatch):
+    proxy, seen = proxy_502
+    monkeypatch.setenv('HTTP_PROXY', proxy)
+    assert Client(server, use_proxy=True).metrics().status == 200
+    assert seen == []
+
+
+def test_use_proxy_sends_other_urls_through_the_environment_proxy(proxy_502, monkeypatch):
+    proxy, seen = proxy_502
+    monkeypatch.setenv('HTTP_PROXY', proxy)
+    monkeypatch.delenv('NO_PROXY', raising=False)
+    monkeypatch.delenv('no_proxy', raising=False)
+    fetched = Client('http://vllm.example:8000', use_proxy=True).metrics()
+    assert fetched.status == 502
+    assert seen == [('http://vllm.example:8000/metrics', None)]
+    # Without it, the same URL is looked up directly (and does not resolve here).
+    assert Client('http://vllm.example:8000', metrics_timeout=5).metrics().error == 'refused'
 
 
 def test_a_whole_check_against_the_socket_server(server):

@@ -442,11 +442,17 @@ def test_parse_version(text, expected):
     (Fetched(status=401, text='{}'), 'rejected'),
     (Fetched(status=503, text='{}'), 'server_error'),
     (NO_ANSWER, 'no_answer'),
-    (Fetched(error='dropped'), 'no_answer'),
+    (Fetched(error='timeout', seconds=29.5), 'no_answer'),
+    # A probe that did not wait its whole probe_timeout is no evidence of a hang.
+    (Fetched(error='timeout', seconds=3.0), 'cut_short'),
+    (Fetched(error='deadline', seconds=0.0), 'cut_short'),
+    (Fetched(error='dropped', seconds=0.01), 'dropped'),
+    (Fetched(error='dropped', seconds=30.0), 'dropped'),
     (REFUSED, 'refused'),
+    (Fetched(error='client', message='ValueError'), 'invalid'),
 ])
 def test_probe_outcome(fetched, outcome):
-    assert probe_outcome(fetched) == outcome
+    assert probe_outcome(fetched, probe_timeout=30.0) == outcome
 
 
 # -- proxy -------------------------------------------------------------------
