@@ -10,21 +10,29 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: watchdog_gate
-short_description: Decide, under a host lock, whether the vLLM watchdog may restart a server
+short_description: Decide, under a host lock, whether the vLLM watchdog may restart each server of a host
 version_added: 0.1.0
 description:
-  - The one place that decides a restart for the P(modelops.vllm.watchdog#role) role. Given the verdict of
-    M(modelops.vllm.health) and what the service manager says, it applies the guard rails and, when the answer is
-    to restart, records the restart in the host's watchdog history before it returns.
-  - The decision and the record happen under an exclusive lock on the host (C(flock) on a file in O(state_dir)), so two
-    watchdog runs at the same time (a schedule and an ad-hoc run) restart a stuck server at most once; the second
-    run finds the first one's restart inside the start-up grace.
-  - Guard rails. Restart only on V(stuck), or on V(down) when the service is not running, or has been running longer than
-    O(startup_grace) without answering. Never within O(startup_grace) of the service's start or of the last restart.
-    A cooldown after each restart that doubles with every restart in O(restart_window). Past O(max_restarts) in the
-    window, no restart and RV(action=fail). V(unknown) never restarts; O(unknown_limit) of them in a row give
-    RV(action=fail). A pause (O(paused), or a pause file) reports only.
-  - It does not restart anything itself; the role does, when RV(action=restart).
+  - The one place that decides a restart for the P(modelops.vllm.watchdog#role) role. Given the verdicts of
+    M(modelops.vllm.health) for the vLLM instances of one host, it asks the service manager about the ones that are
+    V(stuck) or V(down), applies the guard rails and, when the answer is to restart, records the restart in the
+    instance's history before it returns. It does not restart anything itself; M(modelops.vllm.restart) does.
+  - One run decides every instance of the host, so a healthy host costs the watchdog one module run. It also appends
+    one line per instance to the verdict history on the host, and, before a restart, keeps the evidence there.
+  - Each decision and its record happen under an exclusive lock per instance (C(flock) on C(<state_dir>/<name>.lock)),
+    so two watchdog runs at the same time (a schedule and an ad-hoc run) restart a stuck server at most once.
+  - Guard rails. Restart only on V(stuck), or on V(down) when the service is not running, or has been running longer
+    than O(startup_grace) without answering. Never within O(startup_grace) of the latest start anyone can see (the
+    service manager's, vLLM's own C(process_start_time_seconds), the last restart). A cooldown after each restart that
+    doubles with every restart in O(restart_window). Past O(max_restarts) in the window, no restart and
+    RV(instances[].action=fail). V(unknown) never restarts; O(unknown_limit) of them in a row give
+    RV(instances[].action=fail). A pause (O(paused), or a pause file) reports only.
+  - It fails closed. Settings that are not finite numbers in range fail the task. The state directory must not be
+    writable by group or others. Files in it are never followed through symbolic links, must be regular files, and
+    are read up to 1 MiB. A history that cannot be read gives RV(instances[].action=fail) (a human must look), never a
+    fresh restart budget. Restart and start times in the future are ignored, and the reason says so. A restart that
+    failed (O(record_failure)) keeps the instance failing until it is healthy again or a human removes
+    C(<state_dir>/<name>.restart-failed).
 author:
   - modelops.vllm maintainers (@modelops)
 extends_documentation_fragment:
@@ -33,36 +41,88 @@ attributes:
   check_mode:
     support: full
     details:
-      - In check mode it decides and returns the action, and records nothing.
+      - In check mode it asks the service manager and decides, and records nothing (no history, no verdict line, no
+        lock file, no evidence).
   diff_mode:
     support: none
   platform:
     platforms: posix
 options:
-  name:
-    description:
-      - Name of the vLLM instance on this host; the history is kept per name.
-    type: str
-    required: true
   state_dir:
     description:
-      - Directory on the host for the history (C(<name>.json)), the lock (C(<name>.lock)) and the pause file.
+      - Directory on the host for the history (C(<name>.json)), the lock (C(<name>.lock)), the verdict history
+        (C(<name>.verdicts.jsonl), rotated), the pause files, a failed restart (C(<name>.restart-failed)) and the
+        evidence (C(evidence/)). Created C(0750) if missing; refused if group or others can write it.
     type: path
     required: true
+  instances:
+    description:
+      - The vLLM instances of this host, each with its verdict (or the verdicts come from O(results_file)).
+      - Either this or O(name) and O(state).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: Instance name (unique on the host); the history is kept per name.
+        type: str
+        required: true
+      kind:
+        description: V(backend), or V(proxy), which is reported and never restarted.
+        type: str
+        choices: [backend, proxy]
+        default: backend
+      verdict:
+        description: The result of M(modelops.vllm.health) for this instance (at least C(state) and C(reason)).
+        type: dict
+      restart_method:
+        description: How the service manager is asked (V(systemd), V(docker), V(compose) or V(command)).
+        type: str
+        choices: [systemd, docker, compose, command]
+        default: systemd
+      service:
+        description: The systemd unit, the container name, or the compose service.
+        type: str
+      compose_project_dir:
+        description: The compose project directory, for O(instances[].restart_method=compose).
+        type: str
+      status_command:
+        description: For O(instances[].restart_method=command), an argv that exits 0 when the service runs.
+        type: list
+        elements: str
+      logs_command:
+        description: For O(instances[].restart_method=command), an argv whose output is kept as evidence.
+        type: list
+        elements: str
+      url:
+        description: The instance's URL, as shown in the evidence (a password in it is masked).
+        type: str
+  results_file:
+    description:
+      - The results file of an asynchronous M(modelops.vllm.health) run with O(modelops.vllm.health#module:servers)
+        (its C(results_file)); the verdicts are taken from it by instance name. The module waits for the job to finish
+        (up to O(results_timeout)) and removes the file, so the job needs no C(async_status).
+    type: path
+  results_timeout:
+    description: Seconds to wait for O(results_file) to hold a finished result.
+    type: float
+    default: 300
+  name:
+    description:
+      - One instance, as a shorthand for O(instances) with one item whose service state is given by O(service).
+    type: str
   state:
     description:
-      - The verdict of M(modelops.vllm.health) (RV(modelops.vllm.health#module:state)).
+      - With O(name), the verdict of M(modelops.vllm.health) (RV(modelops.vllm.health#module:state)).
     type: str
-    required: true
     choices: [idle, busy, stuck, restarted, starting, down, sleeping, up, unknown]
   reason:
     description:
-      - The verdict's reason, kept in the history.
+      - With O(name), the verdict's reason, kept in the history.
     type: str
     default: ''
   service:
     description:
-      - What the service manager says about the vLLM service.
+      - With O(name), what the service manager says about the vLLM service (it is not asked).
     type: dict
     default: {}
     suboptions:
@@ -79,6 +139,26 @@ options:
         description:
           - The service manager's own word for its state (for example V(active/running), V(exited), V(failed)).
         type: str
+  process_start_time:
+    description:
+      - With O(name), vLLM's own C(process_start_time_seconds) as the check saw it; the start-up grace counts from it
+        too.
+    type: float
+  record_failure:
+    description:
+      - Record that the restart of an instance failed, and decide nothing else. The instance then fails on every run
+        (it is not restarted again) until its verdict is healthy again or a human removes
+        C(<state_dir>/<name>.restart-failed).
+    type: dict
+    suboptions:
+      name:
+        description: The instance.
+        type: str
+        required: true
+      error:
+        description: What failed.
+        type: str
+        required: true
   startup_grace:
     description:
       - Seconds after a start (or a restart) during which the server is never restarted (weights load for minutes).
@@ -91,17 +171,17 @@ options:
     default: 600
   max_restarts:
     description:
-      - Restarts allowed in O(restart_window). Past it, no restart and RV(action=fail).
+      - Restarts allowed in O(restart_window). Past it, no restart and RV(instances[].action=fail).
     type: int
     default: 3
   restart_window:
     description:
-      - The window, in seconds, of the restart budget and the cooldown.
+      - The window, in seconds, of the restart budget and the cooldown. Greater than 0.
     type: float
     default: 86400
   unknown_limit:
     description:
-      - After this many V(unknown) verdicts in a row, RV(action=fail) (a human should look). Never a restart.
+      - After this many V(unknown) verdicts in a row, RV(instances[].action=fail) (a human should look). Never a restart.
     type: int
     default: 3
   paused:
@@ -114,158 +194,448 @@ options:
       - Seconds to wait for the host lock held by another watchdog run.
     type: float
     default: 60
+  status_timeout:
+    description:
+      - Seconds allowed to a service manager command (C(systemctl show), C(docker inspect), the status and logs
+        commands). One that does not answer in time means the state cannot be known (a V(down) server is then not
+        restarted).
+    type: float
+    default: 30
+  log_lines:
+    description: Lines of the service's log kept with the evidence of a restart.
+    type: int
+    default: 200
+  history_max_bytes:
+    description: Size at which the verdict history C(<name>.verdicts.jsonl) is rotated (two older files are kept).
+    type: int
+    default: 1048576
 '''
 
 EXAMPLES = r'''
-- name: Check the server
+- name: Check the instances of this host
   modelops.vllm.health:
-    url: http://127.0.0.1:8000
+    servers:
+      - {name: chat, url: "http://127.0.0.1:8000"}
+      - {name: embed, url: "http://127.0.0.1:8001"}
   register: vllm
 
-- name: Decide what to do about it
+- name: Decide for each of them, under the host's locks
+  modelops.vllm.watchdog_gate:
+    state_dir: /var/lib/vllm-watchdog
+    instances:
+      - {name: chat, verdict: "{{ vllm.servers[0] }}", restart_method: systemd, service: vllm-chat}
+      - {name: embed, verdict: "{{ vllm.servers[1] }}", restart_method: systemd, service: vllm-embed}
+  register: gate
+
+- name: Restart only what the gate says
+  modelops.vllm.restart:
+    method: systemd
+    service: "vllm-{{ item.name }}"
+  loop: "{{ gate.instances | selectattr('action', '==', 'restart') }}"
+
+- name: One instance, its service state given
   modelops.vllm.watchdog_gate:
     name: vllm
     state_dir: /var/lib/vllm-watchdog
-    state: "{{ vllm.state }}"
-    reason: "{{ vllm.reason }}"
-    service:
-      running: true
-      started_at: 1796004614
-      status: active/running
-  register: gate
-
-- name: Restart only when the gate says so
-  ansible.builtin.command: systemctl restart vllm
-  when: gate.action == 'restart'
-  changed_when: true
+    state: stuck
+    reason: nothing moved
+    service: {running: true, started_at: 1796004614, status: active/running}
 '''
 
 RETURN = r'''
+instances:
+  description: One decision per instance, in the order given.
+  returned: unless O(record_failure) is given
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The instance.
+      type: str
+    state:
+      description: Its verdict (V(unknown) when the check gave none).
+      type: str
+    reason:
+      description: The verdict's reason.
+      type: str
+    verdict:
+      description: The verdict's key numbers (C(line), C(running), C(waiting), C(kv_cache_usage), C(probe), C(url), ...).
+      type: dict
+    action:
+      description: V(none), V(restart) (recorded; the caller restarts) or V(fail) (a human is needed).
+      type: str
+    decision:
+      description: One plain sentence saying why.
+      type: str
+    service:
+      description: What the service manager said (C(running), C(started_at), C(status)), when it was asked.
+      type: dict
+    paused:
+      description: Whether the watchdog was paused for it.
+      type: bool
+    restarts_in_window:
+      description: Restarts in the window, this one included when RV(instances[].action=restart).
+      type: int
+    budget_left:
+      description: Restarts left in the window.
+      type: int
+    cooldown:
+      description: The cooldown in force after the last restart, in seconds.
+      type: float
+    uptime:
+      description: Seconds since the latest known start, when known.
+      type: float
+    evidence_file:
+      description: The evidence kept on the host before a restart (none otherwise).
+      type: str
+    history_file:
+      description: The instance's restart history on the host.
+      type: str
+    waited_for_lock:
+      description: Seconds spent waiting for another run's lock.
+      type: float
 action:
-  description: V(none), V(restart) (recorded; the caller restarts) or V(fail) (a human is needed).
-  returned: always
+  description: With O(name) (one instance), its RV(instances[].action); with O(record_failure), V(fail).
+  returned: with O(name) or O(record_failure)
   type: str
   sample: none
 reason:
-  description: One plain sentence saying why.
-  returned: always
+  description: With O(name), its RV(instances[].decision).
+  returned: with O(name) or O(record_failure)
   type: str
   sample: stuck, but in cooldown - the last restart was 12m00s ago and the cooldown is now 20m00s
 paused:
-  description: Whether the watchdog was paused (by O(paused) or a pause file).
-  returned: always
+  description: With O(name), whether the watchdog was paused (by O(paused) or a pause file).
+  returned: with O(name)
   type: bool
   sample: false
 restarts_in_window:
-  description: Restarts in the window, this one included when RV(action=restart).
-  returned: always
+  description: With O(name), restarts in the window.
+  returned: with O(name)
   type: int
   sample: 1
 budget_left:
-  description: Restarts left in the window.
-  returned: always
+  description: With O(name), restarts left in the window.
+  returned: with O(name)
   type: int
   sample: 2
 cooldown:
-  description: The cooldown in force after the last restart, in seconds.
-  returned: always
+  description: With O(name), the cooldown in force, in seconds.
+  returned: with O(name)
   type: float
   sample: 600.0
 uptime:
-  description: Seconds since the service started, when known.
-  returned: always
+  description: With O(name), seconds since the latest known start, when known.
+  returned: with O(name)
   type: float
   sample: 3600.5
 history:
-  description: The history as kept on the host after this decision.
-  returned: always
+  description: With O(name), the history as kept on the host after this decision.
+  returned: with O(name)
   type: dict
   sample: {"restarts": [1796004614.0], "unknown_streak": 0, "last_state": "stuck", "last_check": 1796004614.0}
 waited_for_lock:
-  description: Seconds spent waiting for another run's lock.
-  returned: always
+  description: With O(name), seconds spent waiting for another run's lock.
+  returned: with O(name)
   type: float
   sample: 0.0
 '''
 
-import errno
-import fcntl
 import json
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.modelops.vllm.plugins.module_utils._decide import DEFAULTS, decide
+from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
+from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
+    DEFAULTS,
+    FAIL,
+    HEALTHY,
+    NONE,
+    RESTART,
+    decide,
+    invalid_settings,
+    load_history,
+)
+from ansible_collections.modelops.vllm.plugins.module_utils._service import (
+    logs_command,
+    run_argv,
+    service_status,
+)
+
+STATES = ['idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'up', 'unknown']
+# The verdict's numbers kept in the verdict history and returned to the role.
+VERDICT_KEYS = ('state', 'reason', 'line', 'url', 'running', 'waiting', 'kv_cache_usage', 'steps_per_second',
+                'generation_tokens_per_second', 'restarted', 'version', 'model', 'stuck_engines', 'error', 'checked_at')
+RESULTS_MAX = 64 * 1024 * 1024
 
 
-def _read_history(path):
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (IOError, OSError) as exc:
-        if exc.errno == errno.ENOENT:
-            return None
-        raise
-    except ValueError:
-        return None
+def _paths(state_dir, name):
+    join = os.path.join
+    return {
+        'lock': join(state_dir, '%s.lock' % name),
+        'history': join(state_dir, '%s.json' % name),
+        'failed': join(state_dir, '%s.restart-failed' % name),
+        'verdicts': join(state_dir, '%s.verdicts.jsonl' % name),
+        'pauses': (join(state_dir, '%s.paused' % name), join(state_dir, 'paused')),
+        'evidence': join(state_dir, 'evidence'),
+    }
 
 
-def _write_history(path, history):
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.history-')
-    try:
-        with os.fdopen(fd, 'w') as handle:
-            json.dump(history, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.rename(tmp, path)
-    except Exception:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _pause_note(state_dir, name):
-    """'pause file PATH: first line' when a pause file exists, else None."""
-    for path in (os.path.join(state_dir, '%s.paused' % name), os.path.join(state_dir, 'paused')):
-        if os.path.exists(path):
-            try:
-                with open(path) as handle:
-                    first = handle.read(300).strip().splitlines()
-            except (IOError, OSError):
-                first = []
-            return 'pause file %s%s' % (path, ': %s' % first[0] if first else '')
+def _pause_note(paths):
+    """'pause file PATH: first line' when a pause file (of any kind) exists, else None."""
+    for path in paths['pauses']:
+        if statedir.exists(path):
+            first = statedir.first_line(path)
+            return 'pause file %s%s' % (path, ': %s' % first if first else '')
     return None
 
 
-def _lock(handle, timeout):
-    started = time.time()
+def _process_start(verdict):
+    reads = ((verdict or {}).get('evidence') or {}).get('reads') or []
+    for read in reversed(reads):
+        if isinstance(read, dict) and read.get('process_start_time') is not None:
+            return read['process_start_time']
+    return None
+
+
+def _failed_restart(text):
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        data = {'error': 'the record of a failed restart cannot be read'}
+    return data
+
+
+def read_results(path, timeout, sleep=time.sleep, clock=time.monotonic):
+    """The finished result of an async job (waiting up to ``timeout``), and remove its file.
+    Returns (result dict, None) or (None, why)."""
+    started = clock()
     while True:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return time.time() - started
-        except (IOError, OSError) as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-        if time.time() - started > timeout:
+            text = statedir.read_text(path, RESULTS_MAX)
+        except (statedir.StateError, OSError) as exc:
+            return None, 'the check\'s result cannot be read: %s' % exc
+        if text is None:
+            return None, 'the check\'s result file %s does not exist' % path
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None  # being replaced right now: read again
+        if isinstance(data, dict) and not (data.get('started') and data.get('finished') in (False, 0)):
+            try:
+                statedir.remove(path)
+            except statedir.StateError:
+                pass
+            return data, None
+        if clock() - started > timeout:
+            return None, 'the check did not finish within %s s' % timeout
+        sleep(0.2)
+
+
+def verdicts_from(result, why):
+    """{name: verdict} from a health result with servers (or a failure of the job)."""
+    if result is None:
+        return {}, why
+    servers = result.get('servers')
+    if isinstance(servers, list):
+        return dict((s.get('name'), s) for s in servers if isinstance(s, dict)), None
+    return {}, 'the check failed: %s' % str(result.get('msg') or 'no verdicts')[:500]
+
+
+class Gate(object):
+    """One run of the gate on one host."""
+
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.settings = dict((key, self.p[key]) for key in DEFAULTS)
+        self.check_mode = module.check_mode
+
+    def run_cmd(self, argv):
+        return run_argv(argv, timeout=self.p['status_timeout'])
+
+    def service_of(self, item, state):
+        if item.get('given_service') is not None:
+            return item['given_service']
+        if state not in ('stuck', 'down'):
+            return {}
+        return service_status(self.run_cmd, item['restart_method'], item.get('service'),
+                              item.get('compose_project_dir'), item.get('status_command'))
+
+    def one(self, item, verdict):
+        name = item['name']
+        paths = _paths(self.p['state_dir'], name)
+        verdict = verdict if isinstance(verdict, dict) else {}
+        state = verdict.get('state') if verdict.get('state') in STATES else 'unknown'
+        out = {'name': name, 'state': state, 'reason': str(verdict.get('reason') or '')[:1000],
+               'verdict': dict((k, verdict.get(k)) for k in VERDICT_KEYS if k in verdict), 'service': {},
+               'paused': False, 'evidence_file': None, 'history_file': paths['history'], 'waited_for_lock': 0.0,
+               'restarts_in_window': 0, 'budget_left': None, 'cooldown': 0.0, 'uptime': None}
+        if verdict.get('error'):
+            out.update(action=FAIL, decision='the check cannot run as configured: %s' % str(verdict['error'])[:500])
+            return self.finish(out, paths, None)
+        if item.get('kind') == 'proxy':
+            out.update(action=NONE, decision='a proxy is checked by GET /v1/models only and never restarted by this '
+                                             'role; watch its backends directly')
+            return self.finish(out, paths, None)
+        service = self.service_of(item, state)
+        out['service'] = service
+        process_start = item.get('process_start_time') or _process_start(verdict)
+        fd = None
+        try:
+            if not self.check_mode or statedir.exists(paths['lock']):
+                fd = statedir.open_lock(paths['lock'])
+                waited = statedir.lock(fd, self.p['lock_timeout'])
+                if waited is None:
+                    out.update(action=FAIL, decision='another watchdog run holds %s for more than %s s'
+                               % (paths['lock'], self.p['lock_timeout']))
+                    return self.finish(out, paths, None)
+                out['waited_for_lock'] = round(waited, 3)
+            # The pause is read under the lock: a rollout that pauses the watchdog and then waits for
+            # this lock knows that no restart is decided after its pause.
+            pause_note = _pause_note(paths)
+            paused = self.p['paused'] or pause_note is not None
+            history, damage = load_history(statedir.read_text(paths['history']))
+            if damage:
+                out.update(action=FAIL, paused=paused,
+                           decision='the restart history %s cannot be trusted (%s): a human must look; the '
+                                    'watchdog does not restart without it. Move it away to start a fresh restart '
+                                    'budget' % (paths['history'], damage))
+                return self.finish(out, paths, None)
+            failed = _failed_restart(statedir.read_text(paths['failed']))
+            decision = decide(state, service, history, time.time(), self.settings, paused=paused,
+                              process_start=process_start, failed_restart=failed)
+            reason = decision['reason']
+            if pause_note:
+                reason += ' (%s)' % pause_note
+            if failed and decision['action'] == FAIL:
+                reason += '. When it serves again, or to let the watchdog try again, remove %s' % paths['failed']
+            out.update(action=decision['action'], decision=reason, paused=paused,
+                       restarts_in_window=decision['restarts_in_window'], budget_left=decision['budget_left'],
+                       cooldown=decision['cooldown'], uptime=decision['uptime'], history=decision['history'])
+            hist = decision['history']
+            hist['last_reason'] = out['reason'][:500]
+            hist['last_action'] = decision['action']
+            if not self.check_mode:
+                statedir.write_text(paths['history'], json.dumps(hist, indent=1, sort_keys=True) + '\n')
+                if failed and state in HEALTHY:
+                    statedir.remove(paths['failed'])
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the lock, after the history is on disk
+        return self.finish(out, paths, verdict)
+
+    def finish(self, out, paths, verdict):
+        """Append the verdict line, keep the evidence of a restart; nothing in check mode."""
+        if self.check_mode:
+            return out
+        record = {'time': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), 'state': out['state'],
+                  'reason': out['reason'][:500], 'action': out['action'], 'decision': out['decision'][:500]}
+        for key in ('running', 'waiting', 'kv_cache_usage', 'steps_per_second', 'generation_tokens_per_second'):
+            record[key] = out['verdict'].get(key)
+        record['probe'] = ((verdict or {}).get('probe') or {}).get('outcome')
+        try:
+            statedir.append_line(paths['verdicts'], json.dumps(record, sort_keys=True),
+                                 max_bytes=self.p['history_max_bytes'])
+        except (statedir.StateError, OSError) as exc:
+            out['decision'] += ' (the verdict history could not be written: %s)' % exc
+        if out['action'] == RESTART:
+            out['evidence_file'] = self.evidence(out, paths, verdict)
+        return out
+
+    def evidence(self, out, paths, verdict):
+        item = self.current
+        argv = logs_command(item['restart_method'], item.get('service'), item.get('compose_project_dir'),
+                            item.get('logs_command'), self.p['log_lines'])
+        logs = []
+        if argv:
+            rc, stdout, stderr = run_argv(argv, timeout=self.p['status_timeout'])
+            logs = (stdout + stderr).splitlines()[-self.p['log_lines']:]
+        evidence = {
+            'host': os.uname()[1], 'instance': out['name'], 'url': item.get('url') or out['verdict'].get('url'),
+            'restart_method': item['restart_method'], 'verdict': verdict, 'service': out['service'],
+            'decision': dict((k, v) for k, v in out.items() if k not in ('verdict', 'history')),
+            'history': out.get('history'),
+            'recent_verdicts': statedir.tail_lines(paths['verdicts'], 20),
+            'logs': logs,
+        }
+        try:
+            statedir.check_dir(paths['evidence'])
+            path = os.path.join(paths['evidence'], '%s-%s.json' % (out['name'], time.strftime('%Y%m%dT%H%M%SZ',
+                                                                                               time.gmtime())))
+            statedir.write_text(path, json.dumps(evidence, indent=1, sort_keys=True, default=str) + '\n')
+            return path
+        except (statedir.StateError, OSError) as exc:
+            out['decision'] += ' (the evidence could not be kept: %s)' % exc
             return None
-        time.sleep(0.1)
+
+    def run(self, items, verdicts, missing_why):
+        results = []
+        for item in items:
+            self.current = item
+            verdict = item.get('verdict')
+            if verdict is None:
+                verdict = verdicts.get(item['name']) or {
+                    'state': 'unknown', 'reason': missing_why or 'the check gave no verdict for this instance'}
+            try:
+                results.append(self.one(item, verdict))
+            except (statedir.StateError, OSError) as exc:
+                # One instance's trouble is that instance's failure, never the others'.
+                results.append({'name': item['name'], 'state': (verdict or {}).get('state') or 'unknown',
+                                'reason': str((verdict or {}).get('reason') or '')[:1000], 'verdict': {},
+                                'action': FAIL, 'decision': 'the watchdog cannot use its state: %s' % exc,
+                                'service': {}, 'paused': False, 'evidence_file': None, 'waited_for_lock': 0.0})
+        return results
+
+    def record_failure(self):
+        name = self.p['record_failure']['name']
+        paths = _paths(self.p['state_dir'], name)
+        error = self.p['record_failure']['error'][:1000]
+        if not self.check_mode:
+            statedir.write_text(paths['failed'], json.dumps({'at': time.time(), 'error': error}) + '\n')
+        return ('the restart of %s failed (%s); recorded in %s: the host fails on every run until %s serves again or '
+                'a human removes that file' % (name, error, paths['failed'], name))
+
+
+def _plain_name(name):
+    return bool(name) and '/' not in name and not name.startswith('.') and '\0' not in name and len(name) <= 200
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            name=dict(type='str', required=True),
             state_dir=dict(type='path', required=True),
-            state=dict(type='str', required=True,
-                       choices=['idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'up', 'unknown']),
+            instances=dict(type='list', elements='dict', options=dict(
+                name=dict(type='str', required=True),
+                kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
+                verdict=dict(type='dict'),
+                restart_method=dict(type='str', default='systemd', choices=['systemd', 'docker', 'compose', 'command']),
+                service=dict(type='str'),
+                compose_project_dir=dict(type='str'),
+                status_command=dict(type='list', elements='str'),
+                logs_command=dict(type='list', elements='str'),
+                url=dict(type='str'),
+            )),
+            results_file=dict(type='path'),
+            results_timeout=dict(type='float', default=300),
+            name=dict(type='str'),
+            state=dict(type='str', choices=STATES),
             reason=dict(type='str', default=''),
             service=dict(type='dict', default={}, options=dict(
                 running=dict(type='bool'),
                 started_at=dict(type='raw'),
                 status=dict(type='str'),
+            )),
+            process_start_time=dict(type='float'),
+            record_failure=dict(type='dict', options=dict(
+                name=dict(type='str', required=True),
+                error=dict(type='str', required=True),
             )),
             startup_grace=dict(type='float', default=900),
             cooldown=dict(type='float', default=600),
@@ -274,46 +644,64 @@ def main():
             unknown_limit=dict(type='int', default=3),
             paused=dict(type='bool', default=False),
             lock_timeout=dict(type='float', default=60),
+            status_timeout=dict(type='float', default=30),
+            log_lines=dict(type='int', default=200),
+            history_max_bytes=dict(type='int', default=1024 * 1024),
         ),
+        mutually_exclusive=[('instances', 'name'), ('record_failure', 'name'), ('record_failure', 'instances')],
+        required_one_of=[('instances', 'name', 'record_failure')],
+        required_together=[('name', 'state')],
         supports_check_mode=True,
     )
     p = module.params
-    name = p['name']
-    if not name or '/' in name or name.startswith('.'):
-        module.fail_json(msg='name must be a plain instance name, got %r' % name)
-    state_dir = p['state_dir']
-    settings = dict((key, p[key]) for key in DEFAULTS)
-    if not os.path.isdir(state_dir):
-        if module.check_mode:
-            # Nothing recorded yet: decide from an empty history, create nothing.
-            decision = decide(p['state'], p['service'], None, time.time(), settings, paused=p['paused'])
-            module.exit_json(changed=False, paused=p['paused'], waited_for_lock=0.0, **decision)
-        try:
-            os.makedirs(state_dir, 0o750)
-        except OSError as exc:
-            module.fail_json(msg='cannot create state_dir %s: %s' % (state_dir, exc))
+    errors = invalid_settings(dict((key, p[key]) for key in DEFAULTS))
+    for key, low in (('lock_timeout', 0), ('status_timeout', 0), ('results_timeout', 0), ('log_lines', 0),
+                     ('history_max_bytes', 4096)):
+        value = p[key]
+        if not (value == value and low <= value <= 10 ** 9):
+            errors.append('%s must be a number from %s to 1e9, got %r' % (key, low, value))
+    if errors:
+        module.fail_json(msg='watchdog_gate: invalid settings: %s' % '; '.join(errors))
 
-    lock_path = os.path.join(state_dir, '%s.lock' % name)
-    history_path = os.path.join(state_dir, '%s.json' % name)
-    with open(lock_path, 'a') as lock_handle:
-        waited = _lock(lock_handle, p['lock_timeout'])
-        if waited is None:
-            module.fail_json(msg='another watchdog run holds %s for more than %s s' % (lock_path, p['lock_timeout']))
-        # The pause is read under the lock: a rollout that pauses the watchdog and then waits for
-        # this lock knows that no restart is decided after its pause.
-        pause_note = _pause_note(state_dir, name)
-        paused = p['paused'] or pause_note is not None
-        decision = decide(p['state'], p['service'], _read_history(history_path), time.time(), settings,
-                          paused=paused)
-        if pause_note:
-            decision['reason'] += ' (%s)' % pause_note
-        history = decision['history']
-        history['last_reason'] = p['reason'][:500]
-        history['last_action'] = decision['action']
-        if not module.check_mode:
-            _write_history(history_path, history)
-        # The lock is released when the file is closed, after the history is on disk.
-    module.exit_json(changed=False, paused=paused, waited_for_lock=round(waited, 3), **decision)
+    if p['name'] is not None:
+        items = [{'name': p['name'], 'kind': 'backend', 'restart_method': 'systemd', 'given_service': p['service'],
+                  'process_start_time': p['process_start_time'],
+                  'verdict': {'state': p['state'], 'reason': p['reason']}}]
+    elif p['instances'] is not None:
+        items = p['instances']
+    else:
+        items = [{'name': p['record_failure']['name']}]
+    names = [item['name'] for item in items]
+    bad = [name for name in names if not _plain_name(name)]
+    if bad or len(set(names)) != len(names):
+        module.fail_json(msg='instance names must be plain, unique file names (no /, not starting with a dot), got %s'
+                         % ', '.join(repr(n) for n in names))
+    verdicts, missing_why = {}, None
+    if p['results_file']:
+        # First, so that the background job's file is removed whatever happens next.
+        result, why = read_results(p['results_file'], p['results_timeout'])
+        verdicts, missing_why = verdicts_from(result, why)
+    try:
+        # In check mode a state_dir that does not exist yet is not created: every history reads as fresh.
+        statedir.check_dir(p['state_dir'], create=not module.check_mode)
+    except statedir.StateError as exc:
+        module.fail_json(msg=str(exc))
+    gate = Gate(module)
+    if p['record_failure'] is not None:
+        try:
+            reason = gate.record_failure()
+        except (statedir.StateError, OSError) as exc:
+            module.fail_json(msg='cannot record the failed restart: %s' % exc)
+        module.exit_json(changed=not module.check_mode, action=FAIL, reason=reason)
+
+    results = gate.run(items, verdicts, missing_why)
+    if p['name'] is not None:
+        one = dict(results[0])
+        one['reason'] = one.pop('decision')
+        one.setdefault('history', {})
+        module.exit_json(changed=False, instances=results, **dict((k, v) for k, v in one.items()
+                                                                  if k not in ('name', 'state', 'verdict')))
+    module.exit_json(changed=False, instances=results)
 
 
 if __name__ == '__main__':

@@ -7,14 +7,16 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from modelops_paths import COLLECTIONS, REPO
 
 MODULE = os.path.join(REPO, 'plugins', 'modules', 'watchdog_gate.py')
 RUNNING_LONG = {'running': True, 'started_at': time.time() - 7200, 'status': 'active/running'}
 
 
-def start_gate(state_dir, check_mode=False, **args):
-    params = dict({'name': 'vllm', 'state_dir': str(state_dir), 'state': 'stuck', 'service': RUNNING_LONG}, **args)
+def start_gate(state_dir, check_mode=False, raw=None, **args):
+    params = raw or dict({'name': 'vllm', 'state_dir': str(state_dir), 'state': 'stuck', 'service': RUNNING_LONG}, **args)
     if check_mode:
         params['_ansible_check_mode'] = True
     path = os.path.join(os.path.dirname(str(state_dir)), 'args-%d.json' % time.monotonic_ns())
@@ -27,6 +29,12 @@ def start_gate(state_dir, check_mode=False, **args):
 
 def gate(state_dir, **args):
     proc = start_gate(state_dir, **args)
+    out, err = proc.communicate(timeout=60)
+    return json.loads(out or err)
+
+
+def gate_raw(state_dir, params):
+    proc = start_gate(state_dir, raw=params)
     out, err = proc.communicate(timeout=60)
     return json.loads(out or err)
 
@@ -80,3 +88,152 @@ def test_two_gates_at_once_restart_once(tmp_path):
     procs = [start_gate(state) for dummy in range(4)]
     actions = [json.loads(p.communicate(timeout=60)[0])['action'] for p in procs]
     assert sorted(actions) == ['none', 'none', 'none', 'restart']
+
+
+# -- it fails closed ---------------------------------------------------------------
+
+@pytest.mark.parametrize('setting, value', [
+    ('restart_window', 0), ('restart_window', -5), ('restart_window', float('nan')), ('cooldown', -1),
+    ('cooldown', float('inf')), ('startup_grace', float('nan')), ('max_restarts', -1), ('unknown_limit', 0),
+    ('lock_timeout', float('nan')),
+])
+def test_settings_that_are_not_finite_numbers_in_range_fail_the_task(tmp_path, setting, value):
+    result = gate(tmp_path / 'state', **{setting: value})
+    assert result.get('failed') and 'invalid settings' in result['msg'] and setting in result['msg']
+    assert not (tmp_path / 'state' / 'vllm.json').exists()
+
+
+@pytest.mark.parametrize('text, why', [
+    ('', 'empty'), ('{"restarts": [Infinity]}', 'finite'), ('{"restarts": [NaN]}', 'finite'),
+    ('not json', 'not JSON'), ('[]', 'object'), ('{"restarts": ["yesterday"]}', 'finite'),
+    ('{"restarts": [], "unknown_streak": -1}', 'count'),
+])
+def test_a_history_that_cannot_be_trusted_needs_a_human_never_a_fresh_budget(tmp_path, text, why):
+    state = tmp_path / 'state'
+    state.mkdir(mode=0o750)
+    (state / 'vllm.json').write_text(text)
+    result = gate(state)
+    assert result['action'] == 'fail', result
+    assert why in result['reason'] and 'a human must look' in result['reason']
+    assert (state / 'vllm.json').read_text() == text  # kept as it was, for the human
+
+
+def test_restart_times_in_the_future_are_ignored_and_said(tmp_path):
+    state = tmp_path / 'state'
+    state.mkdir(mode=0o750)
+    (state / 'vllm.json').write_text(json.dumps({'restarts': [time.time() + 30 * 86400]}))
+    result = gate(state)
+    assert result['action'] == 'restart', result
+    assert 'in the future were ignored' in result['reason']
+
+
+@pytest.mark.parametrize('started_at', ['2026-13-45T99:99:99Z', '1e999', '@inf', 'NaN', '9999-12-31T23:59:59Z'])
+def test_an_impossible_service_start_time_never_crashes(tmp_path, started_at):
+    service = {'running': True, 'started_at': started_at, 'status': 'active/running'}
+    result = gate(tmp_path / 'state', service=service)
+    assert result['action'] in ('restart', 'none'), result
+    assert 'Traceback' not in json.dumps(result)
+
+
+def test_vllm_s_own_start_time_feeds_the_grace(tmp_path):
+    # No service manager to ask, but vLLM itself says it started 5 s ago.
+    result = gate(tmp_path / 'state', service={}, process_start_time=time.time() - 5)
+    assert result['action'] == 'none', result
+    assert 'within the start-up grace' in result['reason'] and 'vLLM' in result['reason']
+
+
+@pytest.mark.parametrize('name', ['vllm.json', 'paused', 'vllm.lock'])
+def test_a_fifo_in_the_state_dir_never_hangs_the_gate(tmp_path, name):
+    state = tmp_path / 'state'
+    state.mkdir(mode=0o750)
+    os.mkfifo(str(state / name))
+    proc = start_gate(state)
+    out, err = proc.communicate(timeout=30)
+    result = json.loads(out or err)
+    assert result.get('action') in ('fail', 'none', None), result
+    if name == 'paused':
+        assert result['paused'] is True and result['action'] == 'none'
+    else:
+        assert result.get('action') == 'fail' or result.get('failed'), result
+
+
+def test_a_planted_lock_link_is_never_followed(tmp_path):
+    state = tmp_path / 'state'
+    state.mkdir(mode=0o750)
+    target = tmp_path / 'created-by-the-gate'
+    os.symlink(str(target), str(state / 'vllm.lock'))
+    result = gate(state)
+    assert not target.exists()
+    assert result.get('action') == 'fail' and 'symbolic link' in result['reason'], result
+
+
+@pytest.mark.parametrize('mode', [0o770, 0o777, 0o1777])
+def test_a_state_dir_others_can_write_is_refused(tmp_path, mode):
+    state = tmp_path / 'state'
+    state.mkdir()
+    os.chmod(str(state), mode)
+    result = gate(state)
+    assert result.get('failed') and 'writable by' in result['msg'], result
+    assert list(state.iterdir()) == []
+
+
+def test_a_failed_restart_keeps_failing_until_healthy_or_cleared(tmp_path):
+    state = tmp_path / 'state'
+    first = gate(state)
+    assert first['action'] == 'restart'
+    recorded = gate_raw(state, {'state_dir': str(state), 'record_failure': {'name': 'vllm', 'error': 'exit 1: boom'}})
+    assert recorded['action'] == 'fail' and (state / 'vllm.restart-failed').exists()
+    later = gate(state, service=dict(RUNNING_LONG, started_at=time.time() - 7200))
+    assert later['action'] == 'fail', later
+    assert 'exit 1: boom' in later['reason'] and str(state / 'vllm.restart-failed') in later['reason']
+    healthy = gate(state, state='idle')
+    assert healthy['action'] == 'none' and 'cleared' in healthy['reason']
+    assert not (state / 'vllm.restart-failed').exists()
+
+
+# -- a host's instances in one run ----------------------------------------------------
+
+def test_every_instance_of_a_host_is_decided_in_one_run_with_a_verdict_line_each(tmp_path):
+    state = tmp_path / 'state'
+    instances = [
+        {'name': 'chat', 'verdict': {'state': 'busy', 'reason': 'moving', 'running': 3}},
+        {'name': 'embed', 'verdict': {'state': 'unknown', 'reason': 'slow /metrics'}},
+        {'name': 'lb', 'kind': 'proxy', 'verdict': {'state': 'up', 'reason': 'models'}},
+        {'name': 'bad', 'verdict': {'state': 'unknown', 'reason': 'x', 'error': 'api_key cannot be sent'}},
+    ]
+    result = gate_raw(state, {'state_dir': str(state), 'instances': instances})
+    actions = dict((i['name'], i['action']) for i in result['instances'])
+    assert actions == {'chat': 'none', 'embed': 'none', 'lb': 'none', 'bad': 'fail'}
+    for name in ('chat', 'embed', 'lb', 'bad'):
+        line = json.loads((state / ('%s.verdicts.jsonl' % name)).read_text().splitlines()[-1])
+        assert line["action"] == actions[name]
+    assert json.loads((state / 'chat.verdicts.jsonl').read_text())['running'] == 3
+
+
+def test_the_verdicts_come_from_the_background_check_s_file_which_is_removed(tmp_path):
+    state = tmp_path / 'state'
+    results = tmp_path / 'j123.456'
+    results.write_text(json.dumps({'changed': False, 'servers': [
+        {'name': 'vllm', 'state': 'stuck', 'reason': 'frozen', 'line': 'vllm: stuck - frozen'}]}))
+    result = gate_raw(state, {'state_dir': str(state), 'results_file': str(results),
+                              'instances': [{'name': 'vllm', 'restart_method': 'command'}]})
+    assert result['instances'][0]['state'] == 'stuck'
+    assert not results.exists()
+
+
+def test_a_background_check_that_failed_gives_unknown_not_a_crash(tmp_path):
+    state = tmp_path / 'state'
+    results = tmp_path / 'j1.2'
+    results.write_text(json.dumps({'failed': True, 'msg': 'Timeout exceeded'}))
+    result = gate_raw(state, {'state_dir': str(state), 'results_file': str(results),
+                              'instances': [{'name': 'vllm'}]})
+    assert result['instances'][0]['state'] == 'unknown'
+    assert 'Timeout exceeded' in result['instances'][0]['reason']
+
+
+def test_the_verdict_history_rotates_at_its_size_bound(tmp_path):
+    state = tmp_path / 'state'
+    for dummy in range(30):
+        gate(state, state='busy', reason='x' * 400, history_max_bytes=4096)
+    sizes = [os.path.getsize(str(path)) for path in state.glob('vllm.verdicts.jsonl*')]
+    assert len(sizes) == 3 and max(sizes) <= 4096
