@@ -13,7 +13,8 @@ version_added: 0.1.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes the C(vllm_watchdog_results) of every host (flattened into one list) and returns the counts per verdict,
-    the restarted and failed host/instance pairs, one line per host and instance, and a headline.
+    the restarted, failed and unreachable host/instance pairs, one line per host and instance, and a headline.
+  - A host that did not answer is counted as V(unreachable), never as healthy.
 options:
   _input:
     description: The results, each a dict with at least C(host), C(instance), C(state), C(restarted), C(failed), C(line).
@@ -45,6 +46,10 @@ _value:
       description: C(host/instance) of every instance that needs a human.
       type: list
       elements: str
+    unreachable:
+      description: The hosts that did not answer (or failed before a verdict).
+      type: list
+      elements: str
     lines:
       description: One line per host and instance.
       type: list
@@ -69,6 +74,7 @@ def watchdog_summary(results):
     counts = {}
     restarted = []
     failed = []
+    unreachable = []
     lines = []
     for item in results:
         if not isinstance(item, dict):
@@ -80,11 +86,15 @@ def watchdog_summary(results):
             restarted.append(who)
         if _truthy(item.get('failed')):
             failed.append(who)
+        if _truthy(item.get('unreachable')) and item.get('host') not in unreachable:
+            unreachable.append(item.get('host'))
         lines.append(' '.join(str(item.get('line') or who).split()))
     ordered = ', '.join('%d %s' % (counts[k], k) for k in sorted(counts, key=lambda k: (-counts[k], k)))
-    headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s' % (
-        len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none')
-    return {'counts': counts, 'restarted': restarted, 'failed': failed, 'lines': lines, 'headline': headline}
+    headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s; unreachable hosts: %s' % (
+        len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none',
+        ', '.join(str(h) for h in unreachable) or 'none')
+    return {'counts': counts, 'restarted': restarted, 'failed': failed, 'unreachable': unreachable, 'lines': lines,
+            'headline': headline}
 
 
 class FilterModule(object):

@@ -58,6 +58,7 @@ class ServerConfig:
     server_load_tracking: bool = False  # /load counts in-flight requests
     gzip: bool = True                 # honour Accept-Encoding: gzip on /metrics (prometheus_client does)
     openmetrics: bool = True          # honour Accept: application/openmetrics-text on /metrics
+    process_age: float = 0.0          # seconds: the first process reports it started this long ago
 
     RESTART_FIELDS = ("engines", "model", "tls")
 
@@ -182,7 +183,8 @@ class SimServer:
         for eng in self.engines:
             eng.stop()
         # process_start_time_seconds has 10 ms resolution: a new process always gets a new value
-        self.start_time = max(time.time(), self.start_time + 0.011)
+        first = self.start_time == 0.0
+        self.start_time = max(time.time() - (self.config.process_age if first else 0.0), self.start_time + 0.011)
         self.reg = Registry(self.config.engines, created_at=self.start_time + max(load_seconds, 0.0) + 0.3)
         self.renderer = Renderer(self.config.model, engine_label=self.config.flavor != "v0", flavor=self.config.flavor)
         self.engines = [Engine(self, i) for i in range(self.config.engines)]

@@ -1,0 +1,77 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+name: watchdog_gate_instances
+short_description: A host's watchdog instances as the O(modelops.vllm.watchdog_gate#module:instances) of its gate
+version_added: 0.2.0
+author: modelops.vllm maintainers (@modelops)
+description:
+  - Takes the merged instances of one host and returns them with the keys M(modelops.vllm.watchdog_gate) takes.
+  - With O(servers) (the results of a controller-side check named C(<host>/<instance>)), each instance gets its
+    verdict; an instance without one gets V(unknown) with O(missing).
+options:
+  _input:
+    description: The host's instances (the role's C(_vllm_watchdog_instances)).
+    type: list
+    elements: dict
+    required: true
+  host:
+    description: The host's inventory name.
+    type: str
+  servers:
+    description: The RV(modelops.vllm.health#module:servers) of a controller-side check, or null.
+    type: list
+    elements: dict
+  missing:
+    description: The reason given to an instance without a verdict, when O(servers) is given or the check did not start.
+    type: str
+'''
+
+EXAMPLES = r'''
+- name: Decide
+  modelops.vllm.watchdog_gate:
+    state_dir: /var/lib/vllm-watchdog
+    instances: "{{ _vllm_watchdog_instances | modelops.vllm.watchdog_gate_instances(inventory_hostname, fleet.servers) }}"
+'''
+
+RETURN = r'''
+_value:
+  description: One dict per instance.
+  type: list
+  elements: dict
+'''
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.modelops.vllm.plugins.module_utils._http import display_url
+
+KEYS = ('name', 'kind', 'restart_method', 'service', 'compose_project_dir', 'status_command', 'logs_command')
+
+
+def watchdog_gate_instances(instances, host=None, servers=None, missing=None):
+    if not isinstance(instances, (list, tuple)):
+        raise AnsibleFilterError('watchdog_gate_instances expects a list of instances')
+    by_name = {}
+    if servers is not None:
+        by_name = dict((s.get('name'), s) for s in servers if isinstance(s, dict))
+    out = []
+    for instance in instances:
+        item = dict((key, instance[key]) for key in KEYS if instance.get(key) not in (None, '', []))
+        item['url'] = display_url(instance.get('url'))
+        if servers is not None or missing:
+            verdict = by_name.get('%s/%s' % (host, instance['name']))
+            item['verdict'] = verdict or {'state': 'unknown',
+                                          'reason': missing or 'the check gave no verdict for this instance'}
+        out.append(item)
+    return out
+
+
+class FilterModule(object):
+    def filters(self):
+        return {'watchdog_gate_instances': watchdog_gate_instances}

@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+name: watchdog_servers
+short_description: Every vLLM instance of the watchdog's hosts, as the servers of one controller-side check
+version_added: 0.2.0
+author: modelops.vllm maintainers (@modelops)
+description:
+  - Takes host names and returns one server per host and instance for M(modelops.vllm.health)'s
+    O(modelops.vllm.health#module:servers), from each host's C(_vllm_watchdog_instances) (the instances the
+    P(modelops.vllm.watchdog#role) role has merged for it). Each server is named C(<host>/<instance>).
+  - Used by the role when C(vllm_watchdog_check_on_controller) is true: one module run checks the whole play.
+options:
+  _input:
+    description: Host names, for example C(ansible_play_hosts).
+    type: list
+    elements: str
+    required: true
+  hostvars:
+    description: The C(hostvars) of the play.
+    type: dict
+    required: true
+'''
+
+EXAMPLES = r'''
+- name: Check every instance of the play at once
+  modelops.vllm.health:
+    servers: "{{ ansible_play_hosts | modelops.vllm.watchdog_servers(hostvars) }}"
+  run_once: true
+  delegate_to: localhost
+'''
+
+RETURN = r'''
+_value:
+  description: One dict per server, with C(name), C(url), C(kind) and, when set, C(api_key) and C(model).
+  type: list
+  elements: dict
+'''
+
+from ansible.errors import AnsibleFilterError
+
+KEYS = ('url', 'kind', 'api_key', 'model')
+
+
+def watchdog_servers(hosts, hostvars):
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('watchdog_servers expects a list of host names')
+    servers = []
+    for host in hosts:
+        try:
+            instances = hostvars[host].get('_vllm_watchdog_instances') or []
+        except KeyError:
+            raise AnsibleFilterError('watchdog_servers: %s is not in hostvars' % host)
+        for instance in instances:
+            server = {'name': '%s/%s' % (host, instance['name'])}
+            server.update((key, instance[key]) for key in KEYS if instance.get(key))
+            servers.append(server)
+    return servers
+
+
+class FilterModule(object):
+    def filters(self):
+        return {'watchdog_servers': watchdog_servers}

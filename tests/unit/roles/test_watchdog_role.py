@@ -1,0 +1,36 @@
+"""The watchdog role's settings: its defaults and argument specs agree, and its async budget is the check's deadline."""
+
+import os
+
+import jinja2
+import pytest
+import yaml
+
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
+
+from modelops_paths import REPO
+
+ROLE = os.path.join(REPO, 'roles', 'watchdog')
+
+
+def load(*parts):
+    with open(os.path.join(ROLE, *parts)) as handle:
+        return yaml.safe_load(handle)
+
+
+def test_every_default_is_documented_with_the_same_value_and_every_option_has_a_default():
+    defaults = load('defaults', 'main.yml')
+    options = load('meta', 'argument_specs.yml')['argument_specs']['main']['options']
+    assert sorted(defaults) == sorted(options)
+    for name, spec in options.items():
+        assert spec.get('default') == defaults[name], name
+        assert spec.get('description'), name
+
+
+@pytest.mark.parametrize('interval, probe, metrics', [(5, 30, 10), (1, 5, 5), (0.5, 2, 2), (2.5, 7.5, 1.25)])
+def test_the_async_budget_is_the_check_s_own_deadline_plus_start_up(interval, probe, metrics):
+    expression = load('vars', 'main.yml')['_vllm_watchdog_check_budget']
+    budget = int(jinja2.Environment().from_string(expression).render(
+        vllm_watchdog_interval=interval, vllm_watchdog_probe_timeout=probe, vllm_watchdog_metrics_timeout=metrics))
+    deadline = check_deadline(interval, probe, metrics)
+    assert deadline + 30 <= budget < deadline + 31
