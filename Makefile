@@ -96,6 +96,7 @@ unit: $(STAMP) collection-link
 integration: $(STAMP) collection-link
 	@echo '== integration: pytest tests/integration'
 	scripts/ensure-nginx.sh
+	scripts/ensure-prometheus.sh
 	scripts/pytest-tier.sh integration tests/integration
 
 sanity: $(STAMP)
