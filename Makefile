@@ -97,6 +97,7 @@ integration: $(STAMP) collection-link
 	@echo '== integration: pytest tests/integration'
 	scripts/ensure-nginx.sh
 	scripts/ensure-prometheus.sh
+	scripts/ensure-sshd.sh
 	scripts/pytest-tier.sh integration tests/integration
 
 sanity: $(STAMP)

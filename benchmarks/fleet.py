@@ -111,7 +111,8 @@ class Fleet(object):
     def build(self):
         specs = []
         for host, state in zip(self.hosts, self.states):
-            spec = {"name": self.prefix + host}
+            # Up for two hours (its own process_start_time_seconds): past the watchdog's start-up grace.
+            spec = {"name": self.prefix + host, "process_age": 7200}
             if state == "prefill":
                 spec.update(PREFILL_OPTIONS)
             specs.append(spec)

@@ -78,7 +78,7 @@ def part_two(server, workdir):
     with run_simulator(port_range='19900-19999') as sim:
         idle = sim.create(step_rate=200)
         busy = sim.create(step_rate=8)
-        stuck = sim.create(step_rate=8)
+        stuck = sim.create(step_rate=8, process_age=7200)  # up for two hours: past the start-up grace
         sim.start_load(busy['id'], concurrency=3, max_tokens=10 ** 7)
         sim.start_load(stuck['id'], concurrency=2, max_tokens=10 ** 7)
         sim.wait_for(stuck['id'], lambda s: sum(e['reported_running'] for e in s['engines']) == 2)

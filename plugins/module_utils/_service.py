@@ -163,8 +163,8 @@ def service_status(run, method, service=None, compose_project_dir=None, command=
     return {'running': rc == 0, 'started_at': None, 'status': 'status command exited %s' % rc}
 
 
-def run_argv(argv, timeout=60, env=None):
-    """Run one command: (rc, stdout, stderr), the outputs cut to their last MAX_OUTPUT characters.
+def run_argv(argv, timeout=60, env=None, keep=MAX_OUTPUT):
+    """Run one command: (rc, stdout, stderr), the outputs cut to their last ``keep`` characters.
     rc is None when it could not run (not found, or still running after ``timeout`` seconds)."""
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -173,8 +173,8 @@ def run_argv(argv, timeout=60, env=None):
         return None, '', 'still running after %s s (stopped)' % timeout
     except (OSError, ValueError) as exc:
         return None, '', '%s: %s' % (type(exc).__name__, exc)
-    out = proc.stdout.decode('utf-8', 'replace')[-MAX_OUTPUT:]
-    err = proc.stderr.decode('utf-8', 'replace')[-MAX_OUTPUT:]
+    out = proc.stdout[-keep:].decode('utf-8', 'replace')
+    err = proc.stderr[-keep:].decode('utf-8', 'replace')
     return proc.returncode, out, err
 
 

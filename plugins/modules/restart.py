@@ -132,7 +132,12 @@ commands:
   elements: dict
   sample: [{"argv": ["systemctl", "restart", "vllm"], "rc": 0, "stdout": "", "stderr": ""}]
 ready:
-  description: The wait until ready (C(ok), C(seconds), C(health), C(models), C(polls), C(why)); null when not waited.
+  description:
+    - The wait until ready (C(ok), C(seconds), C(health), C(models), C(polls), C(why), C(start_time)); null when not
+      waited.
+    - Ready means C(/health) 200 and the model in C(/v1/models), answered by a new process when the start time of the
+      one before the restart was known (C(process_start_time_seconds)): an old process that still answers for a moment
+      is not taken for the restarted one.
   returned: always
   type: dict
   sample: {"ok": true, "seconds": 41.2, "health": "HTTP 200", "models": ["tiny"], "polls": 5, "why": null}
@@ -145,7 +150,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.modelops.vllm.plugins.module_utils._check import secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, Client
-from ansible_collections.modelops.vllm.plugins.module_utils._ready import wait_ready
+from ansible_collections.modelops.vllm.plugins.module_utils._ready import start_time, wait_ready
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     ServiceError,
@@ -204,6 +209,20 @@ def main():
                                                   for argv in commands], ready=None,
                          msg='check mode: would run %s' % '; '.join(' '.join(argv) for argv in commands))
 
+    client = None
+    old_start = None
+    if waits:
+        if not HAS_REQUESTS:
+            module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR)
+        try:
+            client = Client(p['url'], api_key=p['api_key'], validate_certs=p['validate_certs'], ca_path=p['ca_path'],
+                            metrics_timeout=p['metrics_timeout'], use_proxy=p['use_proxy'])
+        except CheckError as exc:
+            module.fail_json(msg=redact(str(exc), secrets))
+        if commands:
+            # The process before the restart: ready means another one answers (when its start time is known).
+            old_start = start_time(client)
+
     env = None
     if p['environment']:
         env = dict(os.environ)
@@ -214,16 +233,8 @@ def main():
                                     secrets), commands=records, ready=None, changed=True)
     ready = None
     if waits:
-        if not HAS_REQUESTS:
-            module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR, commands=records,
-                             changed=bool(records))
-        try:
-            client = Client(p['url'], api_key=p['api_key'], validate_certs=p['validate_certs'], ca_path=p['ca_path'],
-                            metrics_timeout=p['metrics_timeout'], use_proxy=p['use_proxy'])
-        except CheckError as exc:
-            module.fail_json(msg=redact(str(exc), secrets), commands=records, changed=bool(records))
         ready = redact(wait_ready(client, p['ready_timeout'], p['ready_delay'], model=p['model'], sleep=time.sleep,
-                                  clock=time.monotonic), secrets)
+                                  clock=time.monotonic, old_start=old_start), secrets)
         if not ready['ok']:
             module.fail_json(msg='not ready within %s s of the restart: %s' % (p['ready_timeout'], ready['why']),
                              commands=records, ready=ready, changed=bool(records))

@@ -209,6 +209,17 @@ options:
     description: Size at which the verdict history C(<name>.verdicts.jsonl) is rotated (two older files are kept).
     type: int
     default: 1048576
+  textfile:
+    description:
+      - A file for node_exporter's textfile collector (C(--collector.textfile.directory)), for example
+        C(/var/lib/prometheus/node-exporter/vllm_watchdog.prom), rewritten atomically on every run with the watchdog's
+        verdicts as metrics; see docs/prometheus.md. Not written when unset, in check mode, or with O(name).
+      - C(vllm_watchdog_verdict{vllm_instance, state}) is 1 for the instance's verdict and 0 for the others;
+        C(vllm_watchdog_action{vllm_instance, action}) likewise for what the watchdog decided;
+        C(vllm_watchdog_needs_human{vllm_instance}), C(vllm_watchdog_restarts_total{vllm_instance}) (every restart
+        this watchdog ever decided) and C(vllm_watchdog_last_run_timestamp_seconds{vllm_instance}).
+      - The label is C(vllm_instance), not C(instance), which Prometheus sets to the scraped target (node_exporter).
+    type: path
 '''
 
 EXAMPLES = r'''
@@ -294,6 +305,11 @@ instances:
     waited_for_lock:
       description: Seconds spent waiting for another run's lock.
       type: float
+textfile_error:
+  description: Why O(textfile) could not be written (null when it was, or was not asked for).
+  returned: with O(instances)
+  type: str
+  sample: null
 action:
   description: With O(name) (one instance), its RV(instances[].action); with O(record_failure), V(fail).
   returned: with O(name) or O(record_failure)
@@ -522,6 +538,10 @@ class Gate(object):
             hist = decision['history']
             hist['last_reason'] = out['reason'][:500]
             hist['last_action'] = decision['action']
+            # A count that only grows, for the node_exporter textfile (the list above keeps the window only).
+            total = hist.get('restarts_total')
+            total = total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else 0
+            hist['restarts_total'] = total + (1 if decision['action'] == RESTART else 0)
             if not self.check_mode:
                 statedir.write_text(paths['history'], json.dumps(hist, indent=1, sort_keys=True) + '\n')
                 if failed and state in HEALTHY:
@@ -555,7 +575,8 @@ class Gate(object):
                             item.get('logs_command'), self.p['log_lines'])
         logs = []
         if argv:
-            rc, stdout, stderr = run_argv(argv, timeout=self.p['status_timeout'])
+            # Up to 2 KB per line of the log kept.
+            rc, stdout, stderr = run_argv(argv, timeout=self.p['status_timeout'], keep=2048 * self.p['log_lines'])
             logs = (stdout + stderr).splitlines()[-self.p['log_lines']:]
         evidence = {
             'host': os.uname()[1], 'instance': out['name'], 'url': item.get('url') or out['verdict'].get('url'),
@@ -647,6 +668,7 @@ def main():
             status_timeout=dict(type='float', default=30),
             log_lines=dict(type='int', default=200),
             history_max_bytes=dict(type='int', default=1024 * 1024),
+            textfile=dict(type='path'),
         ),
         mutually_exclusive=[('instances', 'name'), ('record_failure', 'name'), ('record_failure', 'instances')],
         required_one_of=[('instances', 'name', 'record_failure')],
@@ -701,7 +723,52 @@ def main():
         one.setdefault('history', {})
         module.exit_json(changed=False, instances=results, **dict((k, v) for k, v in one.items()
                                                                   if k not in ('name', 'state', 'verdict')))
-    module.exit_json(changed=False, instances=results)
+    textfile_error = None
+    if p['textfile'] and not module.check_mode:
+        try:
+            statedir.write_text(p['textfile'], textfile_metrics(results, time.time()), mode=0o644)
+        except (statedir.StateError, OSError) as exc:
+            textfile_error = 'the textfile %s could not be written: %s' % (p['textfile'], exc)
+    module.exit_json(changed=False, instances=results, textfile_error=textfile_error)
+
+
+TEXTFILE_STATES = STATES + ['unreachable']
+TEXTFILE_ACTIONS = ('none', 'restart', 'fail')
+
+
+def _label(value):
+    return str(value).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+
+
+def textfile_metrics(results, now):
+    """The watchdog's verdicts in the Prometheus text format, for node_exporter's textfile collector."""
+    lines = []
+
+    def family(name, kind, text):
+        lines.append('# HELP %s %s' % (name, text))
+        lines.append('# TYPE %s %s' % (name, kind))
+
+    family('vllm_watchdog_verdict', 'gauge', 'The verdict of the vLLM watchdog\'s last check: 1 for the state it found.')
+    for r in results:
+        for state in TEXTFILE_STATES:
+            lines.append('vllm_watchdog_verdict{vllm_instance="%s",state="%s"} %d'
+                         % (_label(r['name']), state, 1 if r.get('state') == state else 0))
+    family('vllm_watchdog_action', 'gauge', 'What the vLLM watchdog decided on its last run: 1 for the action.')
+    for r in results:
+        for action in TEXTFILE_ACTIONS:
+            lines.append('vllm_watchdog_action{vllm_instance="%s",action="%s"} %d'
+                         % (_label(r['name']), action, 1 if r.get('action') == action else 0))
+    family('vllm_watchdog_needs_human', 'gauge', 'Whether the vLLM watchdog stopped and asks a human (1).')
+    for r in results:
+        lines.append('vllm_watchdog_needs_human{vllm_instance="%s"} %d' % (_label(r['name']), 1 if r.get('action') == FAIL else 0))
+    family('vllm_watchdog_restarts_total', 'counter', 'Restarts the vLLM watchdog decided, ever.')
+    for r in results:
+        total = (r.get('history') or {}).get('restarts_total', 0)
+        lines.append('vllm_watchdog_restarts_total{vllm_instance="%s"} %d' % (_label(r['name']), total))
+    family('vllm_watchdog_last_run_timestamp_seconds', 'gauge', 'When the vLLM watchdog last ran, in seconds since the epoch.')
+    for r in results:
+        lines.append('vllm_watchdog_last_run_timestamp_seconds{vllm_instance="%s"} %.3f' % (_label(r['name']), now))
+    return '\n'.join(lines) + '\n'
 
 
 if __name__ == '__main__':

@@ -81,7 +81,7 @@ def test_awx_example_under_ansible_runner(sim, tmp_path):
     Only the URLs, the restart method (a command that restarts the simulated server instead of
     systemctl) and short waits are set for this machine."""
     busy = sim.create(step_rate=50)
-    stuck = sim.create(step_rate=50)
+    stuck = sim.create(step_rate=50, process_age=7200)  # up for two hours: past the start-up grace
     for server in (busy, stuck):
         sim.start_load(server['id'], concurrency=2, max_tokens=10 ** 8)
         sim.wait_for(server['id'], lambda s: sum(e['reported_running'] for e in s['engines']) == 2)

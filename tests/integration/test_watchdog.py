@@ -99,7 +99,8 @@ class Standins(object):
 
 
 def stuck_server(sim, **options):
-    srv = sim.create(**dict({'max_num_seqs': 4, 'step_rate': 50}, **options))
+    # Up for two hours by its own process_start_time_seconds: past the start-up grace.
+    srv = sim.create(**dict({'max_num_seqs': 4, 'step_rate': 50, 'process_age': 7200}, **options))
     sim.start_load(srv['id'], concurrency=2, max_tokens=10_000_000)
     sim.wait_for(srv['id'], lambda s: s['totals']['running'] == 2)
     sim.set_state(srv['id'], 'hang')
@@ -222,7 +223,7 @@ def test_ansible_runner_reports_the_fleet_in_its_artifacts(sim, tmp_path):
     assert custom['vllm_watchdog_needs_human'] == [], custom
 
     restarted = [e for e in events if e['event'] == 'runner_on_ok'
-                 and e['event_data'].get('task') == 'Restart | run the restart command']
+                 and e['event_data'].get('task') == 'Restart | by its method, then wait until it serves its model']
     assert [e['event_data']['host'] for e in restarted] == ['gb10-b']
     assert restarted[0]['event_data']['res']['changed'] is True
     assert standins.restarts() == [['systemctl', 'restart', 'vllm-b']], standins.calls()
@@ -382,7 +383,10 @@ def test_command_method_restarts_a_real_hung_vllm_once(vllm_server, tmp_path):
             FAST, vllm_url=server.url, vllm_watchdog_state_dir=state_dir, vllm_watchdog_interval=3,
             vllm_watchdog_restart_method='command', vllm_watchdog_restart_command=ctl + ['restart'],
             vllm_watchdog_status_command=ctl + ['status'], vllm_watchdog_logs_command=ctl + ['logs'],
-            vllm_watchdog_ready_delay=2, vllm_watchdog_ready_timeout=300))
+            vllm_watchdog_ready_delay=2, vllm_watchdog_ready_timeout=300,
+            # vLLM's own process_start_time_seconds says it started a minute or two ago: a grace of 20 s
+            # has passed (the default 900 s would rightly keep the watchdog away from it).
+            vllm_watchdog_startup_grace=20))
 
         run = run_playbook(WATCHDOG_PLAY, inventory=inventory, workdir=str(tmp_path / 'run'), timeout=600)
         assert run.rc == 0, run

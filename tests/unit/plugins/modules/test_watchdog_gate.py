@@ -237,3 +237,35 @@ def test_the_verdict_history_rotates_at_its_size_bound(tmp_path):
         gate(state, state='busy', reason='x' * 400, history_max_bytes=4096)
     sizes = [os.path.getsize(str(path)) for path in state.glob('vllm.verdicts.jsonl*')]
     assert len(sizes) == 3 and max(sizes) <= 4096
+
+
+def test_the_textfile_holds_the_verdicts_as_metrics_node_exporter_can_read(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+    state = tmp_path / 'state'
+    textfile = tmp_path / 'textfile' / 'vllm_watchdog.prom'
+    textfile.parent.mkdir()
+    instances = [{'name': 'chat', 'verdict': {'state': 'busy', 'reason': 'moving'}},
+                 {'name': 'em"bed', 'verdict': {'state': 'unknown', 'reason': 'slow'}}]
+    gate_raw(state, {'state_dir': str(state), 'instances': instances, 'textfile': str(textfile)})
+    samples = dict(((s.name, tuple(sorted(s.labels.items()))), s.value)
+                   for family in text_string_to_metric_families(textfile.read_text()) for s in family.samples)
+    assert samples[('vllm_watchdog_verdict', (('state', 'busy'), ('vllm_instance', 'chat')))] == 1
+    assert samples[('vllm_watchdog_verdict', (('state', 'idle'), ('vllm_instance', 'chat')))] == 0
+    assert samples[('vllm_watchdog_verdict', (('state', 'unknown'), ('vllm_instance', 'em"bed')))] == 1
+    assert samples[('vllm_watchdog_needs_human', (('vllm_instance', 'chat'),))] == 0
+    assert samples[('vllm_watchdog_restarts_total', (('vllm_instance', 'chat'),))] == 0
+    assert abs(samples[('vllm_watchdog_last_run_timestamp_seconds', (('vllm_instance', 'chat'),))] - time.time()) < 60
+    assert oct(os.stat(str(textfile)).st_mode & 0o777) == '0o644'
+    assert [p.name for p in textfile.parent.iterdir()] == ['vllm_watchdog.prom']  # no temporary file left
+
+
+def test_restarts_total_only_grows(tmp_path):
+    state = tmp_path / 'state'
+    textfile = tmp_path / 'vllm_watchdog.prom'
+    stuck = [{'name': 'vllm', 'verdict': {'state': 'stuck', 'reason': 'frozen'}, 'restart_method': 'command'}]
+    first = gate_raw(state, {'state_dir': str(state), 'instances': stuck, 'textfile': str(textfile),
+                             'startup_grace': 0, 'cooldown': 0})
+    assert first['instances'][0]['action'] == 'restart'
+    gate_raw(state, {'state_dir': str(state), 'instances': stuck, 'textfile': str(textfile), 'startup_grace': 0,
+                     'cooldown': 0})
+    assert 'vllm_watchdog_restarts_total{vllm_instance="vllm"} 2' in textfile.read_text()
