@@ -194,3 +194,35 @@ def simulator(request):
 def sim(simulator):
     """The module's simulator, under the short name the tests use."""
     return simulator
+
+
+@pytest.fixture(scope="module")
+def ssh_fleet(request, tmp_path_factory):
+    """Module-scoped factory of started :class:`tests.support.sshfleet.SSHFleet` objects (real sshd,
+    one loopback address and one simulated vLLM server per host), all stopped at teardown.
+
+    ``ssh_fleet(size, ssh_port, **kwargs)``: keyword arguments are those of ``SSHFleet``
+    (``first_address``, ``sim``, ``server_options``, ...). By default each fleet starts its own
+    simulator with its control port in the module's ``PORT_RANGE``, and keeps its keys, config, log
+    and inventory in a pytest temp dir (kept for a look after a failure). Give every fleet of a
+    session its own ``ssh_port`` and address block. Fails (with how to install it) if sshd is missing.
+    """
+    from tests.support.sshfleet import SSHFleet, SSHFleetError  # noqa: E402  pylint: disable=import-outside-toplevel
+    fleets = []
+
+    def make(size, ssh_port, **kwargs):
+        kwargs.setdefault("sim_port_range", getattr(request.module, "PORT_RANGE", None))
+        kwargs.setdefault("workdir", tmp_path_factory.mktemp("sshfleet-%d" % ssh_port))
+        fleet = SSHFleet(size, ssh_port, **kwargs)
+        fleets.append(fleet)
+        return fleet.start()
+
+    yield make
+    errors = []
+    for fleet in reversed(fleets):
+        try:
+            fleet.stop()
+        except SSHFleetError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise SSHFleetError("; ".join(errors))
