@@ -1,31 +1,32 @@
-"""Fleet check speed: how long checking N vLLM hosts takes with each way of running the check.
+"""A watchdog pass over a fleet reached over real SSH: the role against a plain loop and the no-op floor.
 
-Every host is a simulated vLLM server of its own (tests/simulator, one process serving them all, each
-on its own loopback port), in an inventory of N hosts with ``ansible_connection: local`` and a
-``vllm_url`` each; default forks (5) and ``interval: 5``. The mix of states is the same at every size:
-mostly busy (decoding, and a few in a long chunked prefill), some idle, a few hung with work in flight
-(stuck), one down. Every run's per-host verdicts are compared with the expected ones.
+Every host is an inventory host of its own, reached over real SSH on its own loopback address
+(tests/support/sshfleet.py: Debian's sshd started directly, one simulated vLLM server per host on
+``http://127.x.y.z:8000``), forks 5 (AWX's default), ``interval: 5``. Side by side, in one run:
 
-Approaches, side by side:
+  ping        a no-op play (one ``ansible.builtin.ping`` per host): the floor of anything that visits
+              every host
+  naive       a plain per-host ``modelops.vllm.health`` task: each host's waits are paid in its own
+              task, five hosts at a time
+  role        ``playbooks/watchdog.yml``, the checks on each host (the default): the check starts in
+              the background on every host, then one gate run per host collects and decides
+  role-ctrl   ``playbooks/watchdog.yml`` with ``vllm_watchdog_check_on_controller``: one module run on
+              the controller checks every instance of the play, then one gate run per host
+  controller  ``playbooks/fleet_check.yml`` from the controller (report only, no per-host module run)
 
-  controller  playbooks/fleet_check.yml (vllm_check_from=controller): one modelops.vllm.health task on
-              the controller with ``servers`` (every host's server in its own thread), then a per-host fact
-  async       playbooks/fleet_check.yml (vllm_check_from=host): an async task per host (poll 0), then
-              async_status, as the watchdog role does
-  naive       a plain per-host modelops.vllm.health task: each host's waits are paid inside its own task,
-              five hosts at a time
+The fleet is healthy (mostly busy, a few in a long chunked prefill, some idle): the common case,
+where the work done per host is the cost. The goal of issue 9: a healthy watchdog pass takes at
+most ``2 x interval + 2 x ping + 10 s``, the ping play measured in the same run. Each run reports
+its wall time, what it judged, the SSH connections and sessions sshd logged per host, the module
+runs on each host (a callback counts the tasks that ran a module on the host), and the peak memory
+of the ansible-playbook process tree on the controller.
 
-Memory: the peak of the summed RSS and PSS (/proc/<pid>/smaps_rollup) of the ansible-playbook process
-tree, sampled every 0.2 s, and separately of the detached async module processes (the ``async``
-approach runs them "on the hosts", here this machine).
-
-    .venv/bin/python benchmarks/fleet.py                # 10, 50, 100 hosts, all three approaches
-    .venv/bin/python benchmarks/fleet.py --quick        # without the naive 100-host run (about 130 s)
-    .venv/bin/python benchmarks/fleet.py --sizes 10 --approaches controller,async
+    .venv/bin/python benchmarks/fleet.py                    # 10, 50, 100 hosts, every approach
+    .venv/bin/python benchmarks/fleet.py --sizes 10 --approaches ping,role
 
 Writes benchmarks/results/fleet.json and benchmarks/results/fleet.md (``--out DIR`` to change).
-Loopback ports 22500-22799 (``--port-range``). The same code builds the fleet of
-tests/integration/test_fleet.py.
+sshd on port 25100, host addresses from 127.0.30.2, the simulator on 25600-25699 (options to change).
+The :class:`Fleet` here also serves tests/integration/test_fleet.py.
 """
 
 import argparse
@@ -46,12 +47,15 @@ for _path in (str(REPO), str(REPO / "tests")):
         sys.path.insert(0, _path)
 
 import ansible_run  # noqa: E402  pylint: disable=wrong-import-position,import-error
-from tests.simulator.client import SimulatorProcess  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.sshfleet import SSHFleet  # noqa: E402  pylint: disable=wrong-import-position
 
 PLAYBOOK = REPO / "playbooks" / "fleet_check.yml"
 WATCHDOG_PLAYBOOK = REPO / "playbooks" / "watchdog.yml"
-APPROACHES = ("controller", "async", "naive")
-PORT_RANGE = "22500-22799"
+CALLBACKS = REPO / "benchmarks" / "callback_plugins"
+APPROACHES = ("ping", "naive", "role", "role-ctrl", "controller")
+SSH_PORT = 25100
+FIRST_ADDRESS = "127.0.30.2"
+SIM_PORTS = "25600-25699"
 
 # What each simulated state must be judged.
 EXPECTED = {"busy": "busy", "prefill": "busy", "idle": "idle", "hung": "stuck", "down": "down"}
@@ -61,14 +65,17 @@ LOAD = {"concurrency": 2, "max_tokens": 100_000_000, "prompt_tokens": 16}
 # the step counter stays frozen and only the KV-cache gauge moves (docs/vllm-facts.md).
 PREFILL = {"concurrency": 1, "max_tokens": 1, "prompt_tokens": 30_000}
 PREFILL_OPTIONS = {"chunk_tokens": 4}
+# Servers that have been up for two hours (their own process_start_time_seconds): past the start-up grace.
+SERVER_OPTIONS = {"process_age": 7200, "step_rate": 8}
 
 
 # --------------------------------------------------------------------------------------- the fleet
 
-def plan(size):
-    """The simulated state of each of ``size`` hosts: mostly busy, some idle, a few hung, one down."""
-    down = 1
-    hung = max(1, size // 25)
+def plan(size, healthy=False):
+    """The simulated state of each of ``size`` hosts: mostly busy, some idle, a few in a long prefill;
+    unless ``healthy``, also a few hung and one down."""
+    down = 0 if healthy else 1
+    hung = 0 if healthy else max(1, size // 25)
     idle = max(1, size // 8)
     prefill = max(1, size // 50)
     busy = size - down - hung - idle - prefill
@@ -83,41 +90,50 @@ def plan(size):
     return spread
 
 
-def mix(size):
-    """``"100: 81 busy, 2 prefill, 12 idle, 4 hung, 1 down"``."""
-    states = plan(size)
-    return "%d: %s" % (size, ", ".join("%d %s" % (states.count(s), s) for s in ("busy", "prefill", "idle", "hung", "down")))
+def mix(states):
+    """``"100: 85 busy, 2 prefill, 12 idle"``."""
+    kinds = [s for s in ("busy", "prefill", "idle", "hung", "down") if s in states]
+    return "%d: %s" % (len(states), ", ".join("%d %s" % (states.count(s), s) for s in kinds))
 
 
-def host_name(index):
-    return "gb10-%03d" % (index + 1)
+def local_host_vars(**hostvars):
+    """The variables of an inventory host that is not one of the fleet's (reached on this machine)."""
+    return dict({"ansible_connection": "local", "ansible_python_interpreter": sys.executable}, **hostvars)
 
 
 class Fleet(object):
-    """``size`` simulated vLLM servers in the states of :func:`plan`, one per inventory host."""
+    """``size`` hosts over real SSH, each with a simulated vLLM server in its state of :func:`plan`."""
 
-    def __init__(self, sim, size, states=None, prefix=""):
-        self.sim = sim
-        self.prefix = prefix  # of the simulator's server ids, for several fleets in one simulator
+    def __init__(self, size, states=None, ssh_port=SSH_PORT, first_address=FIRST_ADDRESS, sim_port_range=SIM_PORTS,
+                 workdir=None):
         self.size = size
         self.states = list(states or plan(size))
-        self.hosts = [host_name(i) for i in range(size)]
-        self.servers = []
+        self.ssh = SSHFleet(size, ssh_port=ssh_port, first_address=first_address, sim_port_range=sim_port_range,
+                            server_options=SERVER_OPTIONS, workdir=workdir)
+        self.hosts = self.ssh.hosts
+
+    @property
+    def sim(self):
+        return self.ssh.sim
+
+    @property
+    def servers(self):
+        return [self.ssh.servers[host] for host in self.hosts]
 
     @property
     def expected(self):
         return dict((h, EXPECTED[s]) for h, s in zip(self.hosts, self.states))
 
     def build(self):
-        specs = []
-        for host, state in zip(self.hosts, self.states):
-            # Up for two hours (its own process_start_time_seconds): past the watchdog's start-up grace.
-            spec = {"name": self.prefix + host, "process_age": 7200}
-            if state == "prefill":
-                spec.update(PREFILL_OPTIONS)
-            specs.append(spec)
-        self.servers = self.sim.create_each(specs)
-        self.prepare()
+        self.ssh.start()
+        try:
+            for server, state in zip(self.servers, self.states):
+                if state == "prefill":
+                    self.sim.configure(server["id"], **PREFILL_OPTIONS)
+            self.prepare()
+        except BaseException:
+            self.ssh.stop()
+            raise
         return self
 
     def prepare(self):
@@ -141,7 +157,7 @@ class Fleet(object):
                 self.sim.wait_for(server["id"], lambda s: s["totals"]["running"] >= 1)
 
     def reset(self):
-        """Back to the planned states after a run that may have restarted servers."""
+        """Check that the servers are still in their planned states (a run may have restarted some)."""
         for server, state in zip(self.servers, self.states):
             info = self.sim.get(server["id"])
             if state == "down":
@@ -151,36 +167,19 @@ class Fleet(object):
             if info["status"] != "listening" or info["restarts"]:
                 raise RuntimeError("server %s (%s) is %s after %d restart(s): rebuild the fleet"
                                    % (server["id"], state, info["status"], info["restarts"]))
+        self.ssh.close_connections()
 
     def delete(self):
-        for server in self.servers:
-            try:
-                self.sim.delete(server["id"])
-            except Exception:  # pylint: disable=broad-except
-                pass
-        self.servers = []
+        self.ssh.stop()
 
     def inventory(self, path, extra_host_vars=None, extra_groups=None):
-        """An inventory of the fleet: group ``vllm``, one host per server, ``ansible_connection: local``.
-
-        ``extra_host_vars``: ``{host: {var: value}}`` added to the fleet's hosts; ``extra_groups``:
-        ``{group: {host: {var: value}}}`` more groups (for example ``vllm_proxies``)."""
-        hosts = {}
-        for host, server in zip(self.hosts, self.servers):
-            hostvars = local_host_vars(vllm_url=server["url"])
-            hostvars.update((extra_host_vars or {}).get(host, {}))
-            hosts[host] = hostvars
-        children = {"vllm": {"hosts": hosts}}
+        """The fleet's inventory (group ``vllm``; every host over SSH). ``extra_groups``:
+        ``{group: {host: vars}}``; hosts that are not the fleet's are reached locally."""
+        groups = {}
         for group, members in (extra_groups or {}).items():
-            children.setdefault(group, {"hosts": {}})["hosts"].update(
-                (name, local_host_vars(**hostvars)) for name, hostvars in members.items())
-        Path(path).write_text(json.dumps({"all": {"children": children}}, indent=1))
-        return str(path)
-
-
-def local_host_vars(**hostvars):
-    """The variables of an inventory host that Ansible reaches on this machine."""
-    return dict({"ansible_connection": "local", "ansible_python_interpreter": sys.executable}, **hostvars)
+            groups[group] = dict((name, hostvars if name in self.hosts else local_host_vars(**hostvars))
+                                 for name, hostvars in members.items())
+        return self.ssh.inventory(path, extra_host_vars=extra_host_vars, extra_groups=groups)
 
 
 # --------------------------------------------------------------------------------------- playbooks
@@ -190,17 +189,26 @@ SAVE_PLAY = """
   hosts: localhost
   gather_facts: false
   tasks:
-    - name: Write them (vllm_check and vllm_checks of every host)
+    - name: Write them
       ansible.builtin.copy:
         content: "{{ _out | to_json }}"
         dest: "{{ out_dir }}/{{ item }}.json"
         mode: "0600"
-      loop: [vllm_check, vllm_checks]
+      loop: [vllm_check, vllm_checks, vllm_watchdog_results]
       vars:
         _out: >-
           {%- set out = {} -%}
           {%- for host in groups['all'] -%}{%- set _ = out.update({host: hostvars[host][item] | default(None)}) -%}{%- endfor -%}
           {{ out }}
+"""
+
+PING_PLAY = """
+- name: A no-op play over the fleet (the floor)
+  hosts: vllm
+  gather_facts: false
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
 """
 
 NAIVE_PLAY = """
@@ -221,14 +229,41 @@ NAIVE_PLAY = """
 
 
 def playbook_text(approach):
+    if approach == "ping":
+        return PING_PLAY
     if approach == "naive":
         return NAIVE_PLAY + SAVE_PLAY
+    if approach in ("role", "role-ctrl"):
+        return "- name: The watchdog\n  ansible.builtin.import_playbook: %s\n%s" % (WATCHDOG_PLAYBOOK, SAVE_PLAY)
     return "- name: The fleet check\n  ansible.builtin.import_playbook: %s\n%s" % (PLAYBOOK, SAVE_PLAY)
 
 
-def approach_args(approach):
-    return {"controller": ["-e", "vllm_check_from=controller"], "async": ["-e", "vllm_check_from=host"],
-            "naive": []}[approach]
+def approach_args(approach, interval):
+    return {
+        "ping": [],
+        "naive": ["-e", "vllm_check_interval=%s" % interval],
+        "role": ["-e", "vllm_watchdog_interval=%s" % interval],
+        "role-ctrl": ["-e", "vllm_watchdog_interval=%s" % interval, "-e", "vllm_watchdog_check_on_controller=true"],
+        "controller": ["-e", "vllm_check_interval=%s" % interval, "-e", "vllm_check_from=controller"],
+        # playbooks/fleet_check.yml with the checks on each host (a test's path; not in the benchmark's default)
+        "async": ["-e", "vllm_check_interval=%s" % interval, "-e", "vllm_check_from=host"],
+    }[approach]
+
+
+def role_host_vars(fleet, state_dir, sim_base_url):
+    """Per host: the watchdog's state on "the host" (this machine: a directory per host), and a restart
+    command that asks the simulator to restart that host's server."""
+    extra = {}
+    for host, server in zip(fleet.hosts, fleet.servers):
+        extra[host] = {
+            "vllm_watchdog_restart_method": "command",
+            "vllm_watchdog_restart_command": [
+                "curl", "-sSf", "--noproxy", "*", "-X", "POST", "-H", "Content-Type: application/json",
+                "-d", '{"state": "restart"}', "%s/servers/%s/state" % (sim_base_url, server["id"])],
+            "vllm_watchdog_state_dir": str(Path(state_dir) / host),
+            "vllm_watchdog_ready_delay": 1,
+        }
+    return extra
 
 
 # --------------------------------------------------------------------------------------- memory
@@ -261,15 +296,13 @@ def _memory_kb(pid):
 
 
 class MemorySampler(object):
-    """Samples, every ``period`` seconds, the summed RSS/PSS of the tree under ``root`` and of the
-    processes whose command line contains ``marker`` (detached async jobs), separately."""
+    """Samples, every ``period`` seconds, the summed RSS/PSS of the process tree under ``root``
+    (ansible-playbook and its workers, without the ssh clients' remote side)."""
 
-    def __init__(self, root, marker=None, period=0.2):
+    def __init__(self, root, period=0.2):
         self.root = root
-        self.marker = marker
         self.period = period
-        self.peak = {"tree_rss_kb": 0, "tree_pss_kb": 0, "tree_processes": 0, "detached_rss_kb": 0,
-                     "detached_pss_kb": 0, "detached_processes": 0, "largest_process_rss_kb": 0}
+        self.peak = {"tree_rss_kb": 0, "tree_pss_kb": 0, "tree_processes": 0}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -284,8 +317,7 @@ class MemorySampler(object):
 
     def _sample(self):
         children = {}
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-        for pid in pids:
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
             stat = _stat(pid)
             if stat and stat[1] != "Z":
                 children.setdefault(stat[0], []).append(pid)
@@ -295,25 +327,14 @@ class MemorySampler(object):
                 if child not in tree:
                     tree.add(child)
                     todo.append(child)
-        detached = set()
-        if self.marker:
-            for pid in pids:
-                if pid not in tree and self.marker in _read("/proc/%d/cmdline" % pid).replace("\0", " "):
-                    detached.add(pid)
-        sums = {}
-        for name, group in (("tree", tree), ("detached", detached)):
-            rss = pss = 0
-            for pid in group:
-                one_rss, one_pss = _memory_kb(pid)
-                rss += one_rss
-                pss += one_pss
-                self.peak["largest_process_rss_kb"] = max(self.peak["largest_process_rss_kb"], one_rss)
-            sums[name] = (rss, pss, len(group))
-        for name in ("tree", "detached"):
-            rss, pss, count = sums[name]
-            self.peak[name + "_rss_kb"] = max(self.peak[name + "_rss_kb"], rss)
-            self.peak[name + "_pss_kb"] = max(self.peak[name + "_pss_kb"], pss)
-            self.peak[name + "_processes"] = max(self.peak[name + "_processes"], count)
+        rss = pss = 0
+        for pid in tree:
+            one_rss, one_pss = _memory_kb(pid)
+            rss += one_rss
+            pss += one_pss
+        self.peak["tree_rss_kb"] = max(self.peak["tree_rss_kb"], rss)
+        self.peak["tree_pss_kb"] = max(self.peak["tree_pss_kb"], pss)
+        self.peak["tree_processes"] = max(self.peak["tree_processes"], len(tree))
 
     def _run(self):
         while not self._stop.is_set():
@@ -326,25 +347,44 @@ class MemorySampler(object):
 class FleetRun(object):
     """The outcome of one ansible-playbook run over a fleet."""
 
-    def __init__(self, approach, size, seconds, rc, stdout, stderr, verdicts, memory, checks=None):
+    def __init__(self, approach, size, seconds, rc, stdout, stderr, outputs, memory, sessions=None, module_runs=None):
         self.approach = approach
-        self.checks = checks  # {host: {server name: result}}
         self.size = size
         self.seconds = seconds
         self.rc = rc
         self.stdout = stdout
         self.stderr = stderr
-        self.verdicts = verdicts
+        self.outputs = outputs
         self.memory = memory
+        self.sessions = sessions or {}
+        self.module_runs = module_runs or {}
 
-    def states(self):
-        return dict((host, (v or {}).get("state")) for host, v in (self.verdicts or {}).items())
+    @property
+    def verdicts(self):
+        """{host: the host's verdict} (its first instance's, for the watchdog)."""
+        checks = self.outputs.get("vllm_check.json") or {}
+        results = self.outputs.get("vllm_watchdog_results.json") or {}
+        out = {}
+        for host in set(checks) | set(results):
+            if checks.get(host):
+                out[host] = checks[host]
+            elif results.get(host):
+                out[host] = results[host][0]
+        return out
+
+    @property
+    def checks(self):
+        return self.outputs.get("vllm_checks.json") or {}
+
+    @property
+    def results(self):
+        return self.outputs.get("vllm_watchdog_results.json") or {}
 
     def wrong(self, expected):
         """``{host: (expected, got, reason)}`` for every host judged otherwise than expected."""
         out = {}
         for host, want in expected.items():
-            got = (self.verdicts or {}).get(host) or {}
+            got = self.verdicts.get(host) or {}
             if got.get("state") != want:
                 out[host] = (want, got.get("state"), got.get("reason"))
         return out
@@ -357,17 +397,20 @@ class FleetRun(object):
 def run_fleet_playbook(playbook, inventory, args=(), workdir=None, timeout=1800, sample_memory=True,
                        extra_env=None):
     """Run ``ansible-playbook`` (default forks) over ``inventory``; returns
-    (seconds, rc, stdout, stderr, outputs, memory peak)."""
+    (seconds, rc, stdout, stderr, outputs, memory peak, module runs per host)."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="modelops-vllm-fleet-"))
     out_dir = workdir / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = workdir / "play.yml"
     path.write_text(playbook)
-    remote_tmp = workdir / "remote-tmp"
+    counts = workdir / "module_runs.json"
     env = ansible_run.env(dict({
-        "ANSIBLE_REMOTE_TMP": str(remote_tmp),
+        "ANSIBLE_REMOTE_TMP": str(workdir / "remote-tmp"),
         "ANSIBLE_ASYNC_DIR": str(workdir / "async"),
         "ANSIBLE_LOCAL_TEMP": str(workdir / "local-tmp"),
+        "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
+        "ANSIBLE_CALLBACKS_ENABLED": "module_runs",
+        "MODELOPS_MODULE_RUNS": str(counts),
     }, **(extra_env or {})))
     env.pop("ANSIBLE_FORKS", None)
     cmd = [ansible_run._bin("ansible-playbook"),  # pylint: disable=protected-access
@@ -375,7 +418,7 @@ def run_fleet_playbook(playbook, inventory, args=(), workdir=None, timeout=1800,
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,  # pylint: disable=consider-using-with
                             env=env, cwd=str(workdir), stdin=subprocess.DEVNULL)
-    sampler = MemorySampler(proc.pid, marker=str(remote_tmp)).start() if sample_memory else None
+    sampler = MemorySampler(proc.pid).start() if sample_memory else None
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -390,7 +433,8 @@ def run_fleet_playbook(playbook, inventory, args=(), workdir=None, timeout=1800,
             outputs[item.name] = json.loads(text)
         except ValueError:
             outputs[item.name] = text
-    return seconds, proc.returncode, stdout, stderr, outputs, memory
+    runs = json.loads(counts.read_text()) if counts.exists() else {}
+    return seconds, proc.returncode, stdout, stderr, outputs, memory, runs
 
 
 def check_fleet(fleet, approach, workdir=None, interval=5, sample_memory=True, args=(), **inventory_kwargs):
@@ -398,12 +442,19 @@ def check_fleet(fleet, approach, workdir=None, interval=5, sample_memory=True, a
     arguments; ``inventory_kwargs``: ``extra_host_vars`` and ``extra_groups`` of :meth:`Fleet.inventory`."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="modelops-vllm-fleet-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    if approach in ("role", "role-ctrl"):
+        extra = role_host_vars(fleet, workdir / "state", fleet.sim.base_url)
+        for host, hostvars in (inventory_kwargs.pop("extra_host_vars", None) or {}).items():
+            extra.setdefault(host, {}).update(hostvars)
+        inventory_kwargs["extra_host_vars"] = extra
     inventory = fleet.inventory(workdir / "inventory.json", **inventory_kwargs)
-    args = approach_args(approach) + ["-e", "vllm_check_interval=%s" % interval] + list(args)
-    seconds, rc, stdout, stderr, outputs, memory = run_fleet_playbook(
-        playbook_text(approach), inventory, args=args, workdir=workdir, sample_memory=sample_memory)
-    return FleetRun(approach, fleet.size, seconds, rc, stdout, stderr, outputs.get("vllm_check.json"), memory,
-                    checks=outputs.get("vllm_checks.json"))
+    fleet.ssh.close_connections()
+    mark = fleet.ssh.log_mark()
+    seconds, rc, stdout, stderr, outputs, memory, runs = run_fleet_playbook(
+        playbook_text(approach), inventory, args=approach_args(approach, interval) + list(args), workdir=workdir,
+        sample_memory=sample_memory)
+    return FleetRun(approach, fleet.size, seconds, rc, stdout, stderr, outputs, memory,
+                    sessions=fleet.ssh.session_counts(mark), module_runs=runs)
 
 
 # --------------------------------------------------------------------------------------- the benchmark
@@ -414,33 +465,42 @@ def _mb(kb):
 
 def markdown(rows, meta):
     lines = [
-        "# Fleet check wall time (benchmarks/fleet.py)",
+        "# A watchdog pass over a fleet, over real SSH (benchmarks/fleet.py)",
         "",
-        "%s; %d cores; ansible-core %s; forks 5 (default); interval %s s; one simulated vLLM server per host"
-        % (meta["machine"], meta["cores"], meta["ansible"], meta["interval"]),
-        "(tests/simulator, all in one process), `ansible_connection: local`. Mix per size: %s."
+        "%s; %d cores; ansible-core %s; OpenSSH %s; forks 5 (AWX's default); interval %s s; pipelining off;"
+        % (meta["machine"], meta["cores"], meta["ansible"], meta["sshd"], meta["interval"]),
+        "one simulated vLLM server per host on the host's own loopback address. Healthy fleets: %s."
         % meta["mix"],
+        "goal = 2 x interval + 2 x ping + 10 s, with the ping of the same size in the same run.",
         "",
-        "| hosts | approach | wall time (s) | judged right | controller tree peak RSS / PSS (MB) | "
-        "detached async jobs peak RSS / PSS (MB) | largest process RSS (MB) | load avg before / after |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| hosts | approach | wall (s) | / ping | goal (s) | judged right | module runs per host | SSH sessions "
+        "per host | controller peak RSS / PSS (MB) | load avg before / after |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        lines.append("| %d | %s | %.1f | %d/%d | %.0f / %.0f | %s | %.0f | %.1f / %.1f |" % (
-            row["hosts"], row["approach"], row["seconds"], row["right"], row["hosts"], row["tree_rss_mb"],
-            row["tree_pss_mb"],
-            ("%.0f / %.0f" % (row["detached_rss_mb"], row["detached_pss_mb"])) if row["detached_processes"] else "-",
-            row["largest_process_rss_mb"], row["load_before"], row["load_after"]))
+        lines.append("| %d | %s | %.1f | %s | %s | %s | %s | %.1f | %.0f / %.0f | %.1f / %.1f |" % (
+            row["hosts"], row["approach"], row["seconds"],
+            "%.2f" % row["ratio_to_ping"] if row.get("ratio_to_ping") else "-",
+            ("%.1f %s" % (row["goal"], "met" if row["seconds"] <= row["goal"] else "MISSED")) if row.get("goal") else "-",
+            "-" if row["right"] is None else "%d/%d" % (row["right"], row["hosts"]),
+            "%.1f" % row["module_runs_per_host"], row["sessions_per_host"], row["tree_rss_mb"], row["tree_pss_mb"],
+            row["load_before"], row["load_after"]))
     return "\n".join(lines) + "\n"
+
+
+def sshd_version():
+    proc = subprocess.run(["ssh", "-V"], capture_output=True, text=True, check=False)
+    return (proc.stderr or proc.stdout).split(",")[0].replace("OpenSSH_", "").strip()
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--sizes", default="10,50,100", help="fleet sizes (default 10,50,100)")
-    parser.add_argument("--approaches", default=",".join(APPROACHES), help="default controller,async,naive")
-    parser.add_argument("--quick", action="store_true", help="skip the naive run at the largest size")
+    parser.add_argument("--approaches", default=",".join(APPROACHES), help="default " + ",".join(APPROACHES))
     parser.add_argument("--interval", type=float, default=5.0)
-    parser.add_argument("--port-range", default=PORT_RANGE)
+    parser.add_argument("--ssh-port", type=int, default=SSH_PORT)
+    parser.add_argument("--first-address", default=FIRST_ADDRESS)
+    parser.add_argument("--port-range", default=SIM_PORTS, help="the simulator's control port")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="where fleet.json/.md go")
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
@@ -448,46 +508,56 @@ def main(argv=None):
     for approach in approaches:
         if approach not in APPROACHES:
             parser.error("unknown approach %s" % approach)
+    if "ping" in approaches:  # the floor first, so every other run of a size is compared with it
+        approaches = ["ping"] + [a for a in approaches if a != "ping"]
 
     version = subprocess.run([sys.executable, "-c", "import ansible; print(ansible.__version__)"],
                              capture_output=True, text=True, check=False).stdout.strip()
     meta = {"machine": "%s %s" % (platform.system(), platform.machine()), "cores": os.cpu_count(),
-            "ansible": version, "interval": args.interval, "forks": 5, "mix": "; ".join(mix(n) for n in sizes),
+            "ansible": version, "sshd": sshd_version(), "interval": args.interval, "forks": 5,
+            "mix": "; ".join(mix(plan(n, healthy=True)) for n in sizes),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     rows = []
-    sim_proc = SimulatorProcess(port_range=args.port_range)
-    sim = sim_proc.start()
     base = Path(tempfile.mkdtemp(prefix="modelops-vllm-fleet-bench-"))
+    failed = False
     try:
         for size in sizes:
-            fleet = Fleet(sim, size).build()
+            fleet = Fleet(size, states=plan(size, healthy=True), ssh_port=args.ssh_port,
+                          first_address=args.first_address, sim_port_range=args.port_range).build()
+            ping = None
             try:
                 for approach in approaches:
-                    if args.quick and approach == "naive" and size == sizes[-1] and len(sizes) > 1:
-                        print("%4d hosts  %-10s  skipped (--quick)" % (size, approach), flush=True)
-                        continue
                     fleet.reset()
                     load_before = os.getloadavg()[0]
                     run = check_fleet(fleet, approach, workdir=base / ("%s-%d" % (approach, size)),
                                       interval=args.interval)
-                    wrong = run.wrong(fleet.expected)
+                    judged = approach != "ping"
+                    wrong = run.wrong(fleet.expected) if judged else {}
                     mem = run.memory or {}
+                    runs = run.module_runs
                     row = {"hosts": size, "approach": approach, "seconds": round(run.seconds, 1), "rc": run.rc,
-                           "right": size - len(wrong), "wrong": wrong,
+                           "right": size - len(wrong) if judged else None, "wrong": wrong,
+                           "module_runs_per_host": round(sum(runs.get(h, 0) for h in fleet.hosts) / float(size), 2),
+                           "ssh_connections": run.sessions.get("connections"),
+                           "sessions_per_host": round(run.sessions.get("sessions", 0) / float(size), 1),
                            "tree_rss_mb": _mb(mem.get("tree_rss_kb")), "tree_pss_mb": _mb(mem.get("tree_pss_kb")),
                            "tree_processes": mem.get("tree_processes"),
-                           "detached_rss_mb": _mb(mem.get("detached_rss_kb")),
-                           "detached_pss_mb": _mb(mem.get("detached_pss_kb")),
-                           "detached_processes": mem.get("detached_processes"),
-                           "largest_process_rss_mb": _mb(mem.get("largest_process_rss_kb")),
                            # other work on the machine skews wall times: the 1-minute load average around the run
                            "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
+                    if approach == "ping":
+                        ping = run.seconds
+                    elif ping:
+                        row["ratio_to_ping"] = round(run.seconds / ping, 2)
+                        row["goal"] = round(2 * args.interval + 2 * ping + 10, 1)
                     rows.append(row)
-                    print("%4d hosts  %-10s  %6.1f s  rc=%s  judged right %d/%d  tree peak RSS %.0f MB "
-                          "(PSS %.0f MB, %s processes)  detached jobs peak RSS %.0f MB (%s processes)"
-                          % (size, approach, run.seconds, run.rc, row["right"], size, row["tree_rss_mb"],
-                             row["tree_pss_mb"], row["tree_processes"], row["detached_rss_mb"],
-                             row["detached_processes"]), flush=True)
+                    failed = failed or run.rc != 0 or bool(wrong)
+                    print("%4d hosts  %-10s  %6.1f s  rc=%s  %s  module runs/host %.1f  sessions/host %.1f  "
+                          "peak RSS %.0f MB%s" % (
+                              size, approach, run.seconds, run.rc,
+                              "judged right %d/%d" % (row["right"], size) if judged else "(no check)",
+                              row["module_runs_per_host"], row["sessions_per_host"], row["tree_rss_mb"],
+                              "  goal %.1f s: %s" % (row["goal"], "met" if run.seconds <= row["goal"] else "MISSED")
+                              if row.get("goal") else ""), flush=True)
                     if wrong:
                         print("      wrong: %s" % json.dumps(wrong)[:2000], flush=True)
                     if run.rc != 0:
@@ -495,7 +565,6 @@ def main(argv=None):
             finally:
                 fleet.delete()
     finally:
-        sim_proc.stop()
         shutil.rmtree(base, ignore_errors=True)
     meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     out = Path(args.out)
@@ -505,7 +574,7 @@ def main(argv=None):
     (out / "fleet.md").write_text(text)
     print()
     print(text)
-    return 0 if all(r["rc"] == 0 and r["right"] == r["hosts"] for r in rows) else 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

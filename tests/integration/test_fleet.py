@@ -1,52 +1,48 @@
-"""A fleet of 100 simulated vLLM hosts, checked through ``ansible-playbook`` with default forks (5).
+"""A fleet of simulated vLLM hosts reached over real SSH, checked through ``ansible-playbook`` with default forks (5).
 
-Every host is a simulated vLLM server of its own (tests/simulator, loopback 22200-22499), in an
-inventory with ``ansible_connection: local`` and ``vllm_url`` per host. The mix: mostly busy (a few
-of them in a long chunked prefill), some idle, a few hung with work in flight, one down
-(``benchmarks/fleet.py`` builds it; the benchmark measures the same fleet).
+Every inventory host has its own loopback address, reached through a real sshd, and its own simulated
+vLLM server on that address (``tests/support/sshfleet.py``; ``benchmarks/fleet.py`` builds the fleet
+and measures the same paths). The mix: mostly busy (a few of them in a long chunked prefill), some
+idle, a few hung with work in flight, one down.
 
 * ``playbooks/fleet_check.yml`` from the controller (one task, one thread per server) judges every
   host right, with every host's first read within one interval of the others: the waits are paid once;
-* the same playbook with ``vllm_check_from=host`` (an async task per host), with a proxy in group
-  ``vllm_proxies`` and a host with two instances, and ``vllm_check_fail_states``;
-* ``playbooks/watchdog.yml`` (the role: an async check per host) restarts exactly the stuck hosts,
-  with the ``command`` method and a restart command that restarts the simulated server (last: it
-  changes the fleet).
+* the same playbook with ``vllm_check_from=host`` (an async task on each host, over SSH), with a proxy
+  in group ``vllm_proxies`` and a host with two instances, and ``vllm_check_fail_states``;
+* ``playbooks/watchdog.yml`` (the role) over SSH restarts exactly the stuck hosts, with the
+  ``command`` method and a restart command that restarts the simulated server, in both of its paths:
+  the checks on each host (two module runs per host), and from the controller (one); the module runs
+  per host are counted.
 
 Wall times are printed (``-s`` shows them); they are measured properly in benchmarks/fleet.py. The
 only bound asserted is a generous sanity cap.
 """
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from benchmarks.fleet import Fleet, check_fleet
+from nginx import nginx_proxies  # noqa: F401  pylint: disable=import-error,unused-import
 
-from benchmarks.fleet import (  # noqa: E402  pylint: disable=wrong-import-position
-    WATCHDOG_PLAYBOOK,
-    Fleet,
-    check_fleet,
-    run_fleet_playbook,
-)
-from nginx import nginx_proxies  # noqa: E402,F401  pylint: disable=wrong-import-position,import-error,unused-import
-
-PORT_RANGE = '22200-22499'
+PORT_RANGE = '22200-22499'  # (unused by a simulator here: each fleet runs its own, below)
 FLEET_SIZE = 100
-# The role's path is measured at 100 hosts in benchmarks/fleet.py; here 30 hosts prove it right (CI time).
-ROLE_FLEET_SIZE = 30
+# The role's path is measured at 100 hosts in benchmarks/fleet.py; here 20 hosts prove it right (CI time).
+ROLE_FLEET_SIZE = 20
 SANITY_CAP = 150  # seconds, for the fleet check of 100 hosts; the real numbers are in benchmarks/fleet.py
 
 pytestmark = pytest.mark.timeout(1200)
 
 
+def ssh_fleet(size, index, **kwargs):
+    """A fleet of this module: its own sshd port, address block and simulator ports."""
+    return Fleet(size, ssh_port=25110 + index, first_address='127.0.%d.2' % (31 + index),
+                 sim_port_range='%d-%d' % (22200 + 100 * index, 22299 + 100 * index), **kwargs)
+
+
 @pytest.fixture(scope='module')
-def fleet(sim):
-    built = Fleet(sim, FLEET_SIZE).build()
+def fleet():
+    built = ssh_fleet(FLEET_SIZE, 0).build()
     yield built
     built.delete()
 
@@ -71,8 +67,9 @@ def test_fleet_check_from_the_controller_judges_100_hosts_paying_the_waits_once(
     assert not run.wrong(fleet.expected), wrong_lines(run, fleet.expected)
     counts = dict((state, list(fleet.expected.values()).count(state)) for state in set(fleet.expected.values()))
     assert counts == {'busy': 83, 'idle': 12, 'stuck': 4, 'down': 1}
-    # One module run for the whole fleet: the check task ran once, on the controller.
+    # One module run for the whole fleet: the check task ran once, on the controller; no host was visited.
     assert run.stdout.count('TASK [Controller | check every server of the play at once]') == 1
+    assert run.sessions['connections'] == 0, run.sessions
     assert 'vLLM fleet check (controller): 100 server(s):' in run.stdout
     # The waits were paid once: every server's first read within one interval of the others.
     firsts = [v['evidence']['reads'][0]['at'] for v in run.verdicts.values() if v['evidence'].get('reads')]
@@ -86,11 +83,12 @@ def test_fleet_check_from_the_controller_judges_100_hosts_paying_the_waits_once(
     assert run.seconds < SANITY_CAP, report('over the sanity cap', run.seconds)
 
 
-def test_fleet_check_on_each_host_with_a_proxy_and_instances(sim, nginx_proxies, tmp_path):
-    """vllm_check_from=host: an async task per host. The inventory conventions: a proxy in
+def test_fleet_check_on_each_host_with_a_proxy_and_instances(nginx_proxies, tmp_path):
+    """vllm_check_from=host: an async task per host, over SSH. The inventory conventions: a proxy in
     vllm_proxies (vllm_kind: proxy, checked by GET /v1/models only), a host with two instances
     (vllm_instances), and vllm_check_fail_states failing the stuck and down hosts."""
-    small = Fleet(sim, 10, prefix='small-').build()
+    small = ssh_fleet(10, 1).build()
+    sim = small.sim
     try:
         chat, embed = sim.create_each([{'name': 'multi-chat'}, {'name': 'multi-embed', 'model': 'embed'}])
         sim.start_load(chat['id'], concurrency=1, max_tokens=100000000)
@@ -124,55 +122,27 @@ def test_fleet_check_on_each_host_with_a_proxy_and_instances(sim, nginx_proxies,
         small.delete()
 
 
-WATCHDOG_PLAY = """
-- name: The watchdog
-  ansible.builtin.import_playbook: %s
-
-- name: Save every host's results
-  hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Write them
-      ansible.builtin.copy:
-        content: "{{ dict(groups['vllm'] | zip(groups['vllm'] | map('extract', hostvars, 'vllm_watchdog_results'))) | to_json }}"
-        dest: "{{ out_dir }}/results.json"
-        mode: "0600"
-"""
-
-
 @pytest.fixture
-def role_fleet(sim):
-    built = Fleet(sim, ROLE_FLEET_SIZE, prefix='role-').build()
+def role_fleet():
+    """A fresh fleet for each run of the role (a run restarts the hung servers)."""
+    built = ssh_fleet(ROLE_FLEET_SIZE, 2).build()
     yield built
     built.delete()
 
 
-def test_watchdog_role_on_a_fleet_restarts_exactly_the_stuck_ones(sim, role_fleet, tmp_path):
-    """playbooks/watchdog.yml (the role checks each host in one async task), restart method
-    ``command``: the restart command asks the simulator to restart that host's server."""
+@pytest.mark.parametrize('path', ['role', 'role-ctrl'])
+def test_watchdog_role_over_ssh_restarts_exactly_the_stuck_ones(role_fleet, tmp_path, path):
+    """playbooks/watchdog.yml over SSH, restart method ``command`` (the command asks the simulator to
+    restart that host's server). ``role``: the checks on each host; ``role-ctrl``: from the controller."""
     fleet = role_fleet
-    state_dir = tmp_path / 'state'
-    extra = {}
-    for host, server in zip(fleet.hosts, fleet.servers):
-        extra[host] = {
-            'vllm_watchdog_restart_method': 'command',
-            'vllm_watchdog_restart_command': [
-                'curl', '-sSf', '-X', 'POST', '-H', 'Content-Type: application/json', '-d', '{"state": "restart"}',
-                '%s/servers/%s/state' % (sim.base_url, server['id'])],
-            'vllm_watchdog_state_dir': str(state_dir / host),  # every "host" is this machine
-            'vllm_watchdog_ready_delay': 1,
-        }
-    inventory = fleet.inventory(tmp_path / 'inventory.json', extra_host_vars=extra)
-    seconds, rc, stdout, stderr, outputs, memory = run_fleet_playbook(
-        WATCHDOG_PLAY % WATCHDOG_PLAYBOOK, inventory, args=['-e', 'vllm_watchdog_interval=5'],
-        workdir=tmp_path / 'run', sample_memory=False)
-    report('watchdog role, %d hosts, forks 5, interval 5, restart method command' % ROLE_FLEET_SIZE, seconds)
-    assert rc == 0, '%s\n%s' % (stdout[-4000:], stderr[-2000:])
-    results = outputs['results.json']
+    run = check_fleet(fleet, path, workdir=tmp_path / 'run', interval=5, sample_memory=False)
+    report('watchdog role (%s), %d hosts over SSH, forks 5, interval 5, restart method command'
+           % (path, ROLE_FLEET_SIZE), run.seconds)
+    assert run.rc == 0, run
     wrong = []
     for host, state, server in zip(fleet.hosts, fleet.states, fleet.servers):
-        result = (results.get(host) or [{}])[0]
-        restarts = sim.get(server['id'])['restarts']
+        result = (run.results.get(host) or [{}])[0]
+        restarts = fleet.sim.get(server['id'])['restarts']
         expected_action = 'restarted' if state == 'hung' else 'none'
         if result.get('state') != fleet.expected[host] or result.get('action') != expected_action \
                 or restarts != (1 if state == 'hung' else 0):
@@ -180,8 +150,16 @@ def test_watchdog_role_on_a_fleet_restarts_exactly_the_stuck_ones(sim, role_flee
                 host, state, result.get('state'), result.get('action'), restarts, result.get('decision')))
         if state == 'hung':
             assert result['after'] == 'idle', result  # checked again after the restart
-            assert list((state_dir / host / 'evidence').glob('vllm-*.json')), 'no evidence kept for %s' % host
+            assert result['evidence_file'], result
         elif state == 'down':
             assert 'cannot say' in result['decision'], result  # no status command: never restarted
     assert not wrong, '\n'.join(wrong)
-    assert 'vLLM watchdog: %d instance(s):' % ROLE_FLEET_SIZE in stdout
+    assert 'vLLM watchdog: %d instance(s):' % ROLE_FLEET_SIZE in run.stdout
+    # The work done per healthy host: one gate run (and the background check when it runs on the host).
+    healthy = [h for h, s in zip(fleet.hosts, fleet.states) if s in ('busy', 'prefill', 'idle')]
+    per_host = set(run.module_runs.get(h) for h in healthy)
+    assert per_host == ({2} if path == 'role' else {1}), run.module_runs
+    # Every host was reached over SSH at its own address.
+    assert sorted(run.sessions['by_server']) == sorted(fleet.ssh.addresses), run.sessions
+    # No retry noise in a healthy pass.
+    assert 'FAILED - RETRYING' not in run.stdout
