@@ -17,7 +17,7 @@ options:
       - Base URL of the vLLM OpenAI-compatible server, for example V(http://127.0.0.1:8000).
       - The module adds the paths itself (C(/metrics), C(/health), C(/version), C(/v1/models), C(/v1/completions)).
       - Redirects are followed only when they stay on the same scheme, host and port.
-      - Exactly one of O(url) and O(servers) is required.
+      - Exactly one of O(url), O(servers) and O(results_file) is required.
     type: str
   api_key:
     description:

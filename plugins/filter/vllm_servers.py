@@ -14,9 +14,12 @@ author: modelops.vllm maintainers (@modelops)
 description:
   - Takes host names and returns one server per host and instance for M(modelops.vllm.health)'s O(modelops.vllm.health#module:servers),
     following the collection's inventory conventions.
-  - Per host, C(vllm_url) (default V(http://<ansible_host>:8000)), C(vllm_kind) (V(backend) or V(proxy)), C(vllm_api_key),
-    C(vllm_model); or C(vllm_instances), a list of dicts with C(name), C(url) and the same optional keys, for several
-    instances on one host.
+  - Per host, C(vllm_url), C(vllm_kind) (V(backend) or V(proxy)), C(vllm_api_key), C(vllm_model); or
+    C(vllm_instances), a list of dicts with C(name), C(url) and the same optional keys, for several instances on one
+    host.
+  - The default C(vllm_url) is V(http://<ansible_host>:8000) when the check runs on the controller, and
+    V(http://127.0.0.1:8000) when it runs on the host itself (O(on_host)), as the P(modelops.vllm.watchdog#role)
+    role does.
   - The name of each server is the host name, or C(<host>/<instance>) for instances.
 options:
   _input:
@@ -28,6 +31,10 @@ options:
     description: The C(hostvars) of the play.
     type: dict
     required: true
+  on_host:
+    description: The check runs on the host itself (the default URL is then V(http://127.0.0.1:8000)).
+    type: bool
+    default: false
 '''
 
 EXAMPLES = r'''
@@ -59,7 +66,7 @@ def _server(name, source, prefix, default_url):
     return server
 
 
-def vllm_servers(hosts, hostvars):
+def vllm_servers(hosts, hostvars, on_host=False):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('vllm_servers expects a list of host names')
     servers = []
@@ -75,7 +82,7 @@ def vllm_servers(hosts, hostvars):
                     raise AnsibleFilterError('vllm_instances of %s: every item needs a name' % host)
                 servers.append(_server('%s/%s' % (host, instance['name']), instance, '', None))
             continue
-        address = variables.get('ansible_host') or host
+        address = '127.0.0.1' if on_host else (variables.get('ansible_host') or host)
         servers.append(_server(host, variables, 'vllm_', 'http://%s:8000' % address))
     return servers
 

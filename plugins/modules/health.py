@@ -51,7 +51,7 @@ attributes:
 options:
   name:
     description:
-      - A name for the server, the key of its verdict in the fact C(vllm_health_servers). Default is O(url).
+      - A name for the server, shown in RV(name) and RV(line). Default is O(url) (a password in it masked).
     type: str
   servers:
     description:
@@ -85,6 +85,18 @@ options:
         description: As O(probe_api), for this server.
         type: str
         choices: [completions, chat]
+  results_file:
+    description:
+      - Collect the verdicts of this module run in the background (C(async), C(poll) V(0)) on the same host,
+        instead of checking. The value is the started task's C(results_file). The module waits for the job to finish, up to
+        O(results_timeout), returns its RV(servers), RV(states) and facts as if it had checked, and removes the file.
+      - Unlike C(async_status) in a retry loop, it prints no C(FAILED - RETRYING) line per poll and leaves no file
+        behind. Exactly one of O(url), O(servers) and O(results_file).
+    type: path
+  results_timeout:
+    description: With O(results_file), seconds to wait for the background check to finish.
+    type: float
+    default: 300
   workers:
     description:
       - With O(servers), how many servers are checked at the same time (threads). Keep it at least the number
@@ -152,7 +164,7 @@ notes:
     runs out of it is V(unknown).
   - A C(/metrics) that answers slower than O(metrics_timeout) gives V(unknown), never V(stuck).
   - V(stuck) needs proof. Values that cannot be true (negative, NaN or infinite gauges and counters), progress series
-    missing from a read, a probe whose connection was closed or reset, or a probe cut short are no evidence: they give
+    missing from a read, a probe whose connection was closed or reset, or a probe cut short are no evidence. They give
     V(unknown) with the reason, never V(stuck). A request that cannot be sent at all (an O(api_key) with a newline, a
     URL that does not parse) fails the task.
   - The API key and a password in O(url) never appear in the result, in any spelling (raw, escaped, quoted).
@@ -202,6 +214,17 @@ EXAMPLES = r'''
   run_once: true
   delegate_to: localhost
 
+- name: Start the check of this host's servers in the background (every host's waits overlap)
+  modelops.vllm.health:
+    servers: "{{ [inventory_hostname] | modelops.vllm.vllm_servers(hostvars) }}"
+  async: 150
+  poll: 0
+  register: job
+
+- name: Collect the verdicts (no polling noise; the job's file is removed)
+  modelops.vllm.health:
+    results_file: "{{ job.results_file }}"
+
 - name: Fail when a server is stuck
   modelops.vllm.health:
     url: http://127.0.0.1:8000
@@ -234,7 +257,7 @@ reason:
   type: str
   sample: 3 request(s) in flight and the engine moved within 5.0 s (generation_tokens_total, iteration_tokens_total_count); no probe sent
 line:
-  description: One line to read, C(<name>: <state> - <reason>).
+  description: "One line to read: C(<name>: <state> - <reason>)."
   returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: str
   sample: 'http://127.0.0.1:8000: idle - nothing in flight and a one-token probe answered in 0.04 s'
@@ -367,13 +390,13 @@ servers:
   description:
     - With O(servers), one result per server, in the order given, each with the keys of a single check
       (RV(state), RV(reason), RV(probe), ...) plus RV(name).
-  returned: when O(servers) is given
+  returned: when O(servers) or O(results_file) is given
   type: list
   elements: dict
   sample: [{"name": "chat", "state": "busy", "reason": "...", "url": "http://127.0.0.1:8000"}]
 states:
   description: With O(servers), the verdict of each server by name.
-  returned: when O(servers) is given
+  returned: when O(servers) or O(results_file) is given
   type: dict
   sample: {"chat": "busy", "embed": "idle"}
 ansible_facts:
@@ -386,8 +409,8 @@ ansible_facts:
       returned: when O(url) is given
       type: dict
     vllm_health_servers:
-      description: Every checked server's result by name (one entry with O(url)).
-      returned: always
+      description: Every checked server's result by name.
+      returned: when O(servers) or O(results_file) is given
       type: dict
 '''
 
@@ -402,6 +425,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._http import (
     REQUESTS_IMPORT_ERROR,
     display_url,
 )
+from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact
 
 # (option, smallest, largest, smallest allowed itself): every number is finite and in range.
@@ -423,6 +447,24 @@ def invalid_settings(params):
             errors.append('%s must be %s %s and at most %s, got %s' % (
                 option, 'at least' if closed else 'greater than', low, high, value))
     return errors
+
+
+def collect(module):
+    """The verdicts of a background run of this module on this host (results_file)."""
+    timeout = module.params['results_timeout']
+    if not (timeout == timeout and 0 <= timeout <= 86400):
+        module.fail_json(msg='results_timeout must be from 0 to 86400, got %s' % timeout)
+    result, why = read_results(module.params['results_file'], timeout)
+    if result is None:
+        module.fail_json(msg=why)
+    servers = result.get('servers')
+    if not isinstance(servers, list):
+        module.fail_json(msg='the background check failed: %s' % str(result.get('msg') or 'no verdicts')[:1000])
+    states = dict((r.get('name'), r.get('state')) for r in servers)
+    facts = {'vllm_health_servers': dict((r.get('name'), r) for r in servers)}
+    if result.get('failed'):
+        module.fail_json(msg=str(result.get('msg'))[:1000], servers=servers, states=states)
+    module.exit_json(changed=False, servers=servers, states=states, ansible_facts=facts)
 
 
 def main():
@@ -450,12 +492,16 @@ def main():
             model=dict(type='str'),
             workers=dict(type='int', default=256),
             use_proxy=dict(type='bool', default=False),
+            results_file=dict(type='path'),
+            results_timeout=dict(type='float', default=300),
         ),
-        required_one_of=[('url', 'servers')],
-        mutually_exclusive=[('url', 'servers')],
+        required_one_of=[('url', 'servers', 'results_file')],
+        mutually_exclusive=[('url', 'servers', 'results_file')],
         supports_check_mode=True,
     )
     params = module.params
+    if params['results_file'] is not None:
+        collect(module)
     specs = [params]
     if params['servers'] is not None:
         specs = []
@@ -480,8 +526,8 @@ def main():
         result = check_one(params)
         if result['error']:
             fail(result['error'], url=result['url'], line=result['line'])
-        module.exit_json(changed=False, ansible_facts={'vllm_health': result,
-                                                       'vllm_health_servers': {result['name']: result}}, **result)
+        # The verdict once as the result and once as the fact: -v shows each of them once.
+        module.exit_json(changed=False, ansible_facts={'vllm_health': result}, **result)
 
     names = [spec.get('name') or display_url(spec['url']) for spec in specs]
     if len(set(names)) != len(names):

@@ -358,12 +358,14 @@ waited_for_lock:
 '''
 
 import json
+import math
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
+from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     DEFAULTS,
     FAIL,
@@ -384,7 +386,6 @@ STATES = ['idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 
 # The verdict's numbers kept in the verdict history and returned to the role.
 VERDICT_KEYS = ('state', 'reason', 'line', 'url', 'running', 'waiting', 'kv_cache_usage', 'steps_per_second',
                 'generation_tokens_per_second', 'restarted', 'version', 'model', 'stuck_engines', 'error', 'checked_at')
-RESULTS_MAX = 64 * 1024 * 1024
 
 
 def _paths(state_dir, name):
@@ -428,42 +429,6 @@ def _failed_restart(text):
     return data
 
 
-def read_results(path, timeout, sleep=time.sleep, clock=time.monotonic):
-    """The finished result of an async job (waiting up to ``timeout``), and remove its file.
-    Returns (result dict, None) or (None, why)."""
-    started = clock()
-    while True:
-        try:
-            text = statedir.read_text(path, RESULTS_MAX)
-        except (statedir.StateError, OSError) as exc:
-            return None, 'the check\'s result cannot be read: %s' % exc
-        if text is None:
-            return None, 'the check\'s result file %s does not exist' % path
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None  # being replaced right now: read again
-        if isinstance(data, dict) and not (data.get('started') and data.get('finished') in (False, 0)):
-            try:
-                statedir.remove(path)
-            except statedir.StateError:
-                pass
-            return data, None
-        if clock() - started > timeout:
-            return None, 'the check did not finish within %s s' % timeout
-        sleep(0.2)
-
-
-def verdicts_from(result, why):
-    """{name: verdict} from a health result with servers (or a failure of the job)."""
-    if result is None:
-        return {}, why
-    servers = result.get('servers')
-    if isinstance(servers, list):
-        return dict((s.get('name'), s) for s in servers if isinstance(s, dict)), None
-    return {}, 'the check failed: %s' % str(result.get('msg') or 'no verdicts')[:500]
-
-
 class Gate(object):
     """One run of the gate on one host."""
 
@@ -503,6 +468,7 @@ class Gate(object):
         service = self.service_of(item, state)
         out['service'] = service
         process_start = item.get('process_start_time') or _process_start(verdict)
+        out['verdict']['process_start_time'] = process_start
         fd = None
         try:
             if not self.check_mode or statedir.exists(paths['lock']):
@@ -680,7 +646,7 @@ def main():
     for key, low in (('lock_timeout', 0), ('status_timeout', 0), ('results_timeout', 0), ('log_lines', 0),
                      ('history_max_bytes', 4096)):
         value = p[key]
-        if not (value == value and low <= value <= 10 ** 9):
+        if math.isnan(value) or not low <= value <= 10 ** 9:
             errors.append('%s must be a number from %s to 1e9, got %r' % (key, low, value))
     if errors:
         module.fail_json(msg='watchdog_gate: invalid settings: %s' % '; '.join(errors))
