@@ -80,6 +80,12 @@ options:
   model:
     description: The model that must be listed by C(/v1/models); any model when not given.
     type: str
+  old_start_time:
+    description:
+      - With O(action=wait_ready), the C(process_start_time_seconds) of the process before the restart (for example
+        from the verdict before it); ready then also means that another process answers. With V(restart) or
+        V(upgrade) the module reads it itself before it runs the commands.
+    type: float
   ready_timeout:
     description: Seconds to wait until ready.
     type: float
@@ -136,13 +142,14 @@ ready:
     - The wait until ready (C(ok), C(seconds), C(health), C(models), C(polls), C(why), C(start_time)); null when not
       waited.
     - Ready means C(/health) 200 and the model in C(/v1/models), answered by a new process when the start time of the
-      one before the restart was known (C(process_start_time_seconds)): an old process that still answers for a moment
+      one before the restart was known (C(process_start_time_seconds)). An old process that still answers for a moment
       is not taken for the restarted one.
   returned: always
   type: dict
   sample: {"ok": true, "seconds": 41.2, "health": "HTTP 200", "models": ["tiny"], "polls": 5, "why": null}
 '''
 
+import math
 import os
 import time
 
@@ -176,6 +183,7 @@ def main():
             url=dict(type='str'),
             api_key=dict(type='str', no_log=True),
             model=dict(type='str'),
+            old_start_time=dict(type='float'),
             ready_timeout=dict(type='float', default=900),
             ready_delay=dict(type='float', default=10),
             metrics_timeout=dict(type='float', default=10),
@@ -192,7 +200,7 @@ def main():
     for key, low, high in (('command_timeout', 0, 86400), ('ready_timeout', 0, 86400), ('ready_delay', 0, 3600),
                            ('metrics_timeout', 0, 600)):
         value = p[key]
-        if not (value == value and low < value <= high):
+        if math.isnan(value) or not low < value <= high:
             module.fail_json(msg='%s must be greater than %s and at most %s, got %s' % (key, low, high, value))
     if waits and not p['url']:
         module.fail_json(msg='url is required to wait until the server is ready (or set wait_ready: false)')
@@ -210,7 +218,7 @@ def main():
                          msg='check mode: would run %s' % '; '.join(' '.join(argv) for argv in commands))
 
     client = None
-    old_start = None
+    old_start = p['old_start_time']
     if waits:
         if not HAS_REQUESTS:
             module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR)
@@ -236,7 +244,7 @@ def main():
         ready = redact(wait_ready(client, p['ready_timeout'], p['ready_delay'], model=p['model'], sleep=time.sleep,
                                   clock=time.monotonic, old_start=old_start), secrets)
         if not ready['ok']:
-            module.fail_json(msg='not ready within %s s of the restart: %s' % (p['ready_timeout'], ready['why']),
+            module.fail_json(msg='not ready within %g s of the restart: %s' % (p['ready_timeout'], ready['why']),
                              commands=records, ready=ready, changed=bool(records))
     module.exit_json(changed=bool(records), commands=records, ready=ready)
 

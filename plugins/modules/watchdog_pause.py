@@ -19,7 +19,7 @@ description:
     watchdog run that was deciding right then has finished, and every later decision sees the pause.
   - A pause file it did not write (without its O(owner) marker, for example an empty file a human touched) is never
     changed or removed; RV(ours) says so.
-  - The same safe file handling as M(modelops.vllm.watchdog_gate): no symbolic link is followed, a state directory
+  - The same safe file handling as M(modelops.vllm.watchdog_gate). No symbolic link is followed, and a state directory
     writable by group or others is refused.
 author:
   - modelops.vllm maintainers (@modelops)
@@ -50,12 +50,18 @@ options:
     description: Why, written into the pause file (the watchdog shows its first line).
     type: str
     default: ''
+  details:
+    description: More lines for the pause file, one per key and value (for a human), for example the commands a rollout ran.
+    type: dict
+    default: {}
   owner:
     description: Who pauses; a pause file is this owner's when it carries C(paused_by <owner>).
     type: str
     default: modelops.vllm rollout
   names:
-    description: The instances whose locks to wait for after pausing.
+    description:
+      - The instances whose locks to wait for after pausing (V(present) only; V(failed) keeps a pause that is already in
+        force, and waits for nothing).
     type: list
     elements: str
     default: [vllm]
@@ -99,6 +105,7 @@ waited_for_lock:
 '''
 
 import json
+import math
 import os
 import time
 
@@ -114,6 +121,7 @@ def main():
             state=dict(type='str', default='present', choices=['present', 'absent', 'failed']),
             reason=dict(type='str', default=''),
             owner=dict(type='str', default='modelops.vllm rollout'),
+            details=dict(type='dict', default={}),
             names=dict(type='list', elements='str', default=['vllm']),
             lock_timeout=dict(type='float', default=60),
         ),
@@ -122,7 +130,7 @@ def main():
     p = module.params
     path = os.path.join(p['state_dir'], 'paused')
     marker = 'paused_by: %s' % p['owner']
-    if not (p['lock_timeout'] == p['lock_timeout'] and 0 <= p['lock_timeout'] <= 86400):
+    if math.isnan(p['lock_timeout']) or not 0 <= p['lock_timeout'] <= 86400:
         module.fail_json(msg='lock_timeout must be from 0 to 86400, got %s' % p['lock_timeout'])
     if any('/' in name or name.startswith('.') or not name for name in p['names']):
         module.fail_json(msg='names must be plain instance names, got %s' % ', '.join(map(repr, p['names'])))
@@ -147,8 +155,12 @@ def main():
                    % ('remove this file to resume it' if p['state'] == 'failed' else 'it resumes when the work is done',
                       marker, time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
                       'failed' if p['state'] == 'failed' else 'in progress', json.dumps(p['reason'])))
+        content += ''.join('%s: %s\n' % (str(key).replace('\n', ' ')[:100], json.dumps(value))
+                           for key, value in sorted(p['details'].items()))
         statedir.write_text(path, content, mode=0o644)
         result['changed'] = True
+        if p['state'] == 'failed':
+            module.exit_json(**result)
         waited = 0.0
         for name in p['names']:
             fd = statedir.open_lock(os.path.join(p['state_dir'], '%s.lock' % name))

@@ -135,13 +135,14 @@ def history(state_dir, name='vllm'):
 def test_two_runs_at_once_restart_a_stuck_server_once(sim, tmp_path):
     """A schedule and an ad-hoc run at the same time: both find the server stuck, one restarts it.
 
-    The stand-in's restart here records the restart but leaves the simulated server hung (a restart
-    that does not help), so that both runs judge it stuck whatever their timing: only the gate's
-    lock and history stand between the second run and a second restart.
+    The stand-in's restart restarts the simulated server, whose new process hangs at once (a restart
+    that does not help), so that both runs judge it stuck whatever their timing (before the restart:
+    work in flight and nothing moves; after it: two unanswered probes): only the gate's lock and
+    history stand between the second run and a second restart.
     """
-    srv = stuck_server(sim)
+    srv = stuck_server(sim, hang_after_restart=True)
     standins = Standins(str(tmp_path), sim.base_url)
-    standins.write({'vllm': {'state': 'running', 'started_at': time.time() - 3600}})
+    standins.write({'vllm': {'server': srv['id'], 'state': 'running', 'started_at': time.time() - 3600}})
     state_dir = str(tmp_path / 'state')
     inventory = write_inventory(str(tmp_path / 'inventory.yml'), {'gb10-test': {}}, dict(
         FAST, vllm_url=srv['url'], vllm_watchdog_state_dir=state_dir, vllm_watchdog_restart_method='systemd',

@@ -59,6 +59,7 @@ class ServerConfig:
     gzip: bool = True                 # honour Accept-Encoding: gzip on /metrics (prometheus_client does)
     openmetrics: bool = True          # honour Accept: application/openmetrics-text on /metrics
     process_age: float = 0.0          # seconds: the first process reports it started this long ago
+    hang_after_restart: bool = False  # a restart that does not help: every new process hangs at once
 
     RESTART_FIELDS = ("engines", "model", "tls")
 
@@ -275,6 +276,9 @@ class SimServer:
         self.sleep_level = 0
         self.status = "loading"
         self._new_process(load)
+        if self.config.hang_after_restart:
+            for eng in self.engines:
+                eng.hang()
         if load > 0:
             self._later(load, self._relisten, self.generation)
         else:
