@@ -1,12 +1,14 @@
-"""The fleet rollout (``playbooks/rollout.yml``) end to end, through ``ansible-playbook``.
+"""The fleet rollout (the role ``modelops.vllm.rollout`` through the playbook ``modelops.vllm.rollout``)
+end to end, through ``ansible-playbook``.
 
-One inventory host per simulated vLLM server (``tests/simulator``), all with
-``ansible_connection: local``, each with its own watchdog state directory and its own stand-in
-config. The service managers are the stand-ins of ``tests/rollout_standins/`` (first on PATH),
-which reuse ``tests/standins/`` and log, for every call, its argv and time, the files the test
-watches (the pause file, the drop-in, the env file) as they were at that moment, and, for a
-restart, what the server had in flight just before it. Order, batching, "paused while worked on"
-and "not cut off" are all proven from that log and the simulator's counters.
+One inventory host per simulated vLLM server (``tests/simulator``), each with its own watchdog
+state directory and its own stand-in config; how a host is reached is decided in one place,
+``Fleet.inventory`` (today ``ansible_connection: local``). The service managers are the shared
+stand-ins of ``tests/standins/`` (first on PATH), which log, for every call, its argv and time,
+the files the test watches (the pause file, the drop-in, the env file) as they were at that
+moment, and, for a restart, what the server had in flight just before it. Order, batching,
+"paused while worked on" and "not cut off" are all proven from that log and the simulator's
+counters.
 
 Ports: the simulator (control and servers) on 127.0.0.1:24000-24999.
 """
@@ -31,11 +33,13 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 
-STANDINS = os.path.join(REPO, 'tests', 'rollout_standins')
+STANDINS = os.path.join(REPO, 'tests', 'standins')
 DOC = os.path.join(REPO, 'docs', 'rollout.md')
+ROLE = os.path.join(REPO, 'roles', 'rollout')
 PORT_RANGE = '24000-24999'
 BIN = os.path.dirname(sys.executable)
 MARKER = 'paused_by: modelops.vllm rollout'
+DROPIN_HEADER = '# Written by the modelops.vllm.rollout role.\n[Service]\n'
 LOAD_SECONDS = 2.0  # a simulated restart keeps the port closed this long (weights loading)
 
 ROLLOUT_PLAY = """
@@ -76,28 +80,32 @@ class Fleet(object):
     def config_path(self, name):
         return os.path.join(self.dir, name, 'standins.json')
 
-    def write_config(self, name, services, watch=(), log_env=()):
-        """The stand-ins' config of one host: its services on its simulated server."""
+    def write_config(self, name, services, watch=(), log_env=(), **settings):
+        """The stand-ins' config of one host: its services on its simulated server (``settings``: top-level
+        keys such as ``daemon_reload_rc``)."""
         for svc in services.values():
             svc.setdefault('server', self.servers[name]['id'])
             svc.setdefault('load_seconds', LOAD_SECONDS)
             svc.setdefault('state', 'auto')
+        config = dict(settings, control_url=self.sim.base_url, host=name, services=services,
+                      watch=[self.pause_file(name)] + list(watch), log_env=list(log_env))
         with open(self.config_path(name), 'w') as handle:
-            json.dump({'control_url': self.sim.base_url, 'host': name, 'services': services,
-                       'watch': [self.pause_file(name)] + list(watch), 'log_env': list(log_env)}, handle)
-
-    def host_vars(self, name, **extra):
-        """How to reach a host here: local, its simulated server, its state dir and stand-in config."""
-        hv = {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
-              'vllm_url': self.servers[name]['url'], 'vllm_watchdog_state_dir': self.state_dir(name),
-              'vllm_rollout_environment': {'MODELOPS_STANDIN_CONFIG': self.config_path(name)}}
-        hv.update(extra)
-        return hv
+            json.dump(config, handle)
 
     def inventory(self, hosts, group_vars, path=None):
+        """The inventory of ``hosts`` ({name: its own variables}) in the group ``vllm``, and the one place that says
+        how a host is reached here: local connection, its simulated server, its state dir and stand-in config."""
         path = path or os.path.join(self.dir, 'inventory.yml')
+        reached = {}
+        for name, own in hosts.items():
+            hv = {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+                  'vllm_url': self.servers[name]['url'], 'vllm_watchdog_state_dir': self.state_dir(name),
+                  'vllm_rollout_environment': {'MODELOPS_STANDIN_CONFIG': self.config_path(name)}}
+            hv.update(own)
+            reached[name] = hv
         with open(path, 'w') as handle:
-            yaml.safe_dump({'all': {'children': {'vllm': {'hosts': hosts, 'vars': group_vars}}}}, handle, sort_keys=False)
+            yaml.safe_dump({'all': {'children': {'vllm': {'hosts': reached, 'vars': group_vars}}}}, handle,
+                           sort_keys=False)
         return path
 
     def env(self):
@@ -178,7 +186,7 @@ def test_documented_example_upgrades_a_batch_at_a_time(sim, tmp_path):
     (workdir / 'inventory.yml').write_text(inventory_text)
     # How to reach the hosts here; nothing of the example is replaced.
     overrides = fleet.inventory(
-        {n: fleet.host_vars(n, ansible_become=False, ansible_user='root', vllm_rollout_systemd_dropin_dir=dropins[n])
+        {n: dict(ansible_become=False, ansible_user='root', vllm_rollout_systemd_dropin_dir=dropins[n])
          for n in names}, dict(FAST), path=str(workdir / 'here.yml'))
     cmd = [_bin('ansible-playbook')] + argv[1:] + ['-i', overrides]
     started = time.monotonic()
@@ -194,7 +202,7 @@ def test_documented_example_upgrades_a_batch_at_a_time(sim, tmp_path):
             ['docker', 'pull', image], ['systemctl', 'daemon-reload'], ['systemctl', 'restart', 'vllm']], fleet.calls(name)
         restart = fleet.restarts(name)[0]
         assert restart['watch'][os.path.join(dropins[name], 'rollout.conf')] == (
-            '# Written by the modelops.vllm rollout playbook.\n[Service]\nEnvironment="VLLM_IMAGE=%s"\n' % image)
+            DROPIN_HEADER + 'Environment="VLLM_IMAGE=%s"\n' % image)
         assert_paused_at_restart(fleet, name)
         assert restart['servers'][fleet.servers[name]['id']]['running'] == 0
         assert sim.get(fleet.servers[name]['id'])['restarts'] == 1
@@ -236,16 +244,13 @@ def test_every_method_one_host_at_a_time(sim, tmp_path):
 
     new = 'vllm/vllm-openai:v0.11.0'
     inventory = fleet.inventory({
-        'm-systemd': fleet.host_vars('m-systemd', vllm_watchdog_restart_method='systemd',
-                                     vllm_rollout_systemd_dropin_dir=dropin,
-                                     vllm_rollout_service_env={'VLLM_ARGS': 'say "hi" to 100% of C:\\'}),
-        'm-docker': fleet.host_vars('m-docker', vllm_watchdog_restart_method='docker', vllm_watchdog_service='vllm-chat'),
-        'm-compose': fleet.host_vars('m-compose', vllm_watchdog_restart_method='compose',
-                                     vllm_watchdog_compose_project_dir=project, vllm_rollout_image=new,
-                                     vllm_rollout_service_env={'VLLM_LOGGING_LEVEL': 'DEBUG'}),
-        'm-command': fleet.host_vars('m-command', vllm_rollout_method='command',
-                                     vllm_rollout_command=['vllm-restart', 'vllm'], vllm_rollout_image=new,
-                                     vllm_rollout_service_env={'VLLM_EXTRA': 'a "quoted" 100%'}),
+        'm-systemd': dict(vllm_watchdog_restart_method='systemd', vllm_rollout_systemd_dropin_dir=dropin,
+                          vllm_rollout_service_env={'VLLM_ARGS': 'say "hi" to 100% of C:\\'}),
+        'm-docker': dict(vllm_watchdog_restart_method='docker', vllm_watchdog_service='vllm-chat'),
+        'm-compose': dict(vllm_watchdog_restart_method='compose', vllm_watchdog_compose_project_dir=project,
+                          vllm_rollout_image=new, vllm_rollout_service_env={'VLLM_LOGGING_LEVEL': 'DEBUG'}),
+        'm-command': dict(vllm_rollout_method='command', vllm_rollout_command=['vllm-restart', 'vllm'],
+                          vllm_rollout_image=new, vllm_rollout_service_env={'VLLM_EXTRA': 'a "quoted" 100%'}),
     }, dict(FAST))
     run = rollout(fleet, inventory)
     assert run.rc == 0, run
@@ -253,8 +258,7 @@ def test_every_method_one_host_at_a_time(sim, tmp_path):
     assert [c['argv'] for c in fleet.calls('m-systemd')] == [['systemctl', 'daemon-reload'], ['systemctl', 'restart', 'vllm']]
     # systemd's quoting: quotes and backslashes escaped, % doubled (a specifier otherwise).
     assert fleet.restarts('m-systemd')[0]['watch'][os.path.join(dropin, 'rollout.conf')] == (
-        '# Written by the modelops.vllm rollout playbook.\n[Service]\n'
-        'Environment="VLLM_ARGS=say \\"hi\\" to 100%% of C:\\\\"\n')
+        DROPIN_HEADER + 'Environment="VLLM_ARGS=say \\"hi\\" to 100%% of C:\\\\"\n')
     assert [c['argv'] for c in fleet.calls('m-docker')] == [['docker', 'restart', 'vllm-chat']]
     assert [c['argv'] for c in fleet.calls('m-compose')] == [
         ['docker', 'pull', new],
@@ -292,7 +296,7 @@ def test_rollout_stops_at_the_first_host_that_does_not_come_back(sim, tmp_path):
     for name in names:
         # f-02's restart never finishes loading (its port stays closed for ten minutes).
         fleet.write_config(name, {'vllm': {'load_seconds': 600 if name == 'f-02' else LOAD_SECONDS}})
-    inventory = fleet.inventory({n: fleet.host_vars(n) for n in names}, dict(FAST, vllm_rollout_ready_timeout=4))
+    inventory = fleet.inventory({n: {} for n in names}, dict(FAST, vllm_rollout_ready_timeout=4))
     try:
         run = rollout(fleet, inventory, args=['-e', 'vllm_rollout_serial=2'])
         assert run.rc != 0, run
@@ -314,8 +318,9 @@ def test_rollout_stops_at_the_first_host_that_does_not_come_back(sim, tmp_path):
         with open(fleet.pause_file('f-02')) as handle:
             kept = yaml.safe_load(handle)
         assert kept['paused_by'] == 'modelops.vllm rollout' and kept['state'] == 'failed', kept
-        assert kept['host'] == 'f-02' and kept['commands'] == [['systemctl', 'restart', 'vllm']], kept
-        assert kept['reason'].startswith('not ready within 4 s of the restart (Ready | /health answers 200: '), kept
+        # modelops.vllm.restart's own words, then what ran.
+        assert re.match(r'not ready within 4(\.0)? s of the restart: /health answered ', kept['reason']), kept
+        assert '; commands run: systemctl restart vllm;' in kept['reason'], kept
         assert lines['f-02'].startswith('FAILED (restart)'), lines
         assert 'not touched: f-03, f-04' in run.stdout, run
         assert 'the watchdog stays paused on it' in run.stdout, run
@@ -324,15 +329,17 @@ def test_rollout_stops_at_the_first_host_that_does_not_come_back(sim, tmp_path):
         sim.delete(fleet.servers['f-02']['id'])
 
 
-@pytest.mark.parametrize('case', ['restart fails', 'restart does nothing'])
+@pytest.mark.parametrize('case', ['restart fails', 'restart does nothing',
+                                  'restart does nothing, checked from the controller'])
 def test_a_restart_that_fails_or_does_nothing_keeps_the_watchdog_paused(sim, tmp_path, case):
-    """The restart command exits 1; or it exits 0 and restarts nothing (the old process keeps answering, so
-    the readiness checks pass): either way the host did not come back, and it is left paused for a human."""
+    """The restart command exits 1; or it exits 0 and restarts nothing (the old process keeps answering /health
+    and /v1/models): either way the host did not come back, and it is left paused for a human."""
     fleet = Fleet(sim, tmp_path, ['x-01'])
     fleet.write_config('x-01', {'vllm': {'restart_rc': 1} if case == 'restart fails' else {}})
-    host = fleet.host_vars('x-01')
-    if case == 'restart does nothing':
-        host.update(vllm_rollout_method='command', vllm_rollout_command=['true'])
+    host = {}
+    if case != 'restart fails':
+        host.update(vllm_rollout_method='command', vllm_rollout_command=['true'], vllm_rollout_ready_timeout=5,
+                    vllm_rollout_check_on_controller=case.endswith('controller'))
     run = rollout(fleet, fleet.inventory({'x-01': host}, dict(FAST)))
     assert run.rc != 0, run
     with open(fleet.pause_file('x-01')) as handle:
@@ -341,12 +348,54 @@ def test_a_restart_that_fails_or_does_nothing_keeps_the_watchdog_paused(sim, tmp
     if case == 'restart fails':
         assert [c['argv'] for c in fleet.calls()] == [['systemctl', 'restart', 'vllm']]
         assert kept['reason'].startswith(
-            'the restart failed (Restart | run the commands: systemctl restart vllm exited 1: '), kept
+            'the restart failed: systemctl restart vllm exited 1: standin: restart of vllm fails (restart_rc 1)'), kept
     else:
+        # Whether the wait until ready runs on the host (modelops.vllm.restart read the start time before its
+        # commands) or on the controller (given the start time the check before the restart saw): ready needs
+        # another process, so the old one that still answers is caught there.
+        assert [c['argv'] for c in fleet.calls()] == [], fleet.calls()  # `true` is not a stand-in: nothing restarted
         assert sim.get(fleet.servers['x-01']['id'])['restarts'] == 0
-        assert kept['reason'].startswith('not serving after the restart (Verify | a new process serves'), kept
-        assert 'did not restart it' in kept['reason'], kept
+        assert re.match(r'not ready within 5(\.0)? s of the restart: the process that answers started at [0-9.]+, '
+                        r'before the restart: it was not restarted', kept['reason']), kept
     print('%s: %.1f s' % (case, run.seconds))
+
+
+def test_a_failed_daemon_reload_is_not_followed_by_a_restart(sim, tmp_path):
+    """An upgrade by systemd whose ``systemctl daemon-reload`` fails: the unit on disk and the one systemd runs now
+    differ, so ``systemctl restart`` would start the old unit. The commands stop at the first failure: no restart,
+    the host fails naming daemon-reload, and it keeps the watchdog paused (its drop-in was written) for a human."""
+    fleet = Fleet(sim, tmp_path, ['dr-01', 'dr-02'])
+    dropin = os.path.join(fleet.dir, 'dr-01', 'vllm.service.d')
+    fleet.write_config('dr-01', {'vllm': {}}, watch=[os.path.join(dropin, 'rollout.conf')], daemon_reload_rc=1)
+    fleet.write_config('dr-02', {'vllm': {}})
+    image = 'vllm/vllm-openai:v0.11.0'
+    inventory = fleet.inventory({'dr-01': dict(vllm_rollout_systemd_dropin_dir=dropin),
+                                 'dr-02': dict(vllm_rollout_systemd_dropin_dir=os.path.join(fleet.dir, 'dr-02', 'd'))},
+                                dict(FAST, vllm_rollout_image=image))
+    run = rollout(fleet, inventory)
+    assert run.rc != 0, run
+
+    # daemon-reload ran, failed, and nothing after it: no restart of the unit, the server never restarted.
+    assert [c['argv'] for c in fleet.calls('dr-01')] == [['systemctl', 'daemon-reload']], fleet.calls('dr-01')
+    assert fleet.restarts() == [], fleet.calls()
+    assert sim.get(fleet.servers['dr-01']['id'])['restarts'] == 0
+    # The drop-in was written before it (the upgrade's new environment), so the host counts as touched.
+    assert fleet.calls('dr-01')[0]['watch'][os.path.join(dropin, 'rollout.conf')] == (
+        DROPIN_HEADER + 'Environment="VLLM_IMAGE=%s"\n' % image)
+    failed = 'the restart failed: systemctl daemon-reload exited 1: Failed to reload daemon: Access denied'
+    lines = dict(line.split(': ', 1) for line in report_lines(run))
+    assert sorted(lines) == ['dr-01'], lines
+    assert lines['dr-01'].startswith('FAILED (upgrade {"VLLM_IMAGE": "%s"}) after ' % image), lines
+    assert failed in lines['dr-01'] and 'the commands after it were not run' in lines['dr-01'], lines
+    with open(fleet.pause_file('dr-01')) as handle:
+        kept = yaml.safe_load(handle)
+    assert kept['state'] == 'failed' and kept['reason'].startswith(failed), kept
+    assert '; commands run: systemctl daemon-reload;' in kept['reason'], kept
+    assert 'the watchdog stays paused on it' in run.stdout, run
+    # The rollout stopped there: the next host was not touched.
+    assert fleet.calls('dr-02') == [] and not os.path.exists(fleet.pause_file('dr-02'))
+    assert 'not touched: dr-02' in run.stdout, run
+    print('a failed daemon-reload: %.1f s' % run.seconds)
 
 
 # --------------------------------------------------------------------------- a busy host
@@ -356,10 +405,11 @@ def test_a_busy_host_is_waited_for_not_cut_off(sim, tmp_path):
     fleet = Fleet(sim, tmp_path, ['busy-01'], step_rate=10)
     fleet.write_config('busy-01', {'vllm': {}})
     srv = fleet.servers['busy-01']
-    inventory = fleet.inventory({'busy-01': fleet.host_vars('busy-01')}, dict(FAST, vllm_rollout_idle_timeout=120))
-    # Two requests of 150 tokens at 10 steps/s: about 15 s in flight, well past the rollout's first check.
+    inventory = fleet.inventory({'busy-01': {}}, dict(FAST, vllm_rollout_idle_timeout=120))
+    # Two requests of 300 tokens at 10 steps/s: about 30 s in flight, well past the rollout's first check even on a
+    # loaded machine (the check must see them busy at least once).
     started = time.time()
-    sim.start_load(srv['id'], concurrency=2, max_tokens=150)
+    sim.start_load(srv['id'], concurrency=2, max_tokens=300)
     sim.wait_for(srv['id'], lambda s: s['totals']['running'] == 2)
     run = rollout(fleet, inventory)
     assert run.rc == 0, run
@@ -370,7 +420,7 @@ def test_a_busy_host_is_waited_for_not_cut_off(sim, tmp_path):
     # Just before the restart: nothing in flight, both requests completed, none failed.
     assert before['running'] == 0 and before['waiting'] == 0, before
     assert [(b['completed'], b['failed'], b['active']) for b in before['load']] == [(2, 0, 0)], before
-    assert restart[0]['time'] - started > 14, (restart[0]['time'] - started)
+    assert restart[0]['time'] - started > 29, (restart[0]['time'] - started)
     assert re.search(r'FAILED - RETRYING: \[busy-01\]: Idle \| wait until the server has nothing in flight', run.stdout)
     assert_paused_at_restart(fleet, 'busy-01')
     assert not os.path.exists(fleet.pause_file('busy-01'))
@@ -393,7 +443,7 @@ def test_a_host_still_busy_at_the_idle_timeout(sim, tmp_path, when_busy):
     group_vars = dict(FAST, vllm_rollout_idle_timeout=3)
     if when_busy == 'proceed':
         group_vars['vllm_rollout_when_busy'] = 'proceed'
-    inventory = fleet.inventory({n: fleet.host_vars(n) for n in fleet.names}, group_vars)
+    inventory = fleet.inventory({n: {} for n in fleet.names}, group_vars)
     try:
         run = rollout(fleet, inventory)
         load = sim.stats(srv['id'])['load']
@@ -420,13 +470,15 @@ def test_a_host_still_busy_at_the_idle_timeout(sim, tmp_path, when_busy):
 def test_check_mode_restarts_and_pauses_nothing(sim, tmp_path):
     fleet = Fleet(sim, tmp_path, ['chk-01'])
     fleet.write_config('chk-01', {'vllm': {}})
-    inventory = fleet.inventory({'chk-01': fleet.host_vars('chk-01')}, dict(FAST))
+    inventory = fleet.inventory({'chk-01': {}}, dict(FAST))
     run = rollout(fleet, inventory, args=['--check', '-e', 'vllm_rollout_image=vllm/vllm-openai:v0.11.0'])
     assert run.rc == 0, run
     assert fleet.calls() == [], fleet.calls()
     assert not os.path.exists(fleet.pause_file('chk-01'))
     assert sim.get(fleet.servers['chk-01']['id'])['restarts'] == 0
-    assert 'chk-01: would upgrade' in run.stdout, run
+    # modelops.vllm.restart in check mode: the commands it would run, none run.
+    assert report_lines(run) == ['chk-01: would upgrade {"VLLM_IMAGE": "vllm/vllm-openai:v0.11.0"} (check mode; now idle): '
+                                 'systemctl daemon-reload; systemctl restart vllm'], run
 
 
 # --------------------------------------------------------------------------- settings
@@ -436,10 +488,82 @@ def test_a_misconfigured_host_stops_the_rollout_before_any_host_is_touched(sim, 
     fleet = Fleet(sim, tmp_path, ['cfg-01', 'cfg-02'])
     for name in fleet.names:
         fleet.write_config(name, {'vllm': {}})
-    inventory = fleet.inventory({'cfg-01': fleet.host_vars('cfg-01'),
-                                 'cfg-02': fleet.host_vars('cfg-02', vllm_watchdog_restart_method='compose')}, dict(FAST))
+    inventory = fleet.inventory({'cfg-01': {},
+                                 'cfg-02': dict(vllm_watchdog_restart_method='compose')}, dict(FAST))
     run = rollout(fleet, inventory)
     assert run.rc != 0, run
     assert fleet.calls() == [], fleet.calls()
     assert not any(os.path.exists(fleet.pause_file(n)) for n in fleet.names)
     assert 'cfg-02: invalid rollout settings (method compose' in run.stdout, run
+
+
+# --------------------------------------------------------------------------- the role's interface
+
+def _role_yaml(*parts):
+    with open(os.path.join(ROLE, *parts)) as handle:
+        return yaml.safe_load(handle)
+
+
+def test_defaults_and_argument_specs_agree():
+    """Every variable in defaults/main.yml is documented in meta/argument_specs.yml with the same default, in every
+    entry point, and every documented variable has its default in defaults/main.yml."""
+    defaults = _role_yaml('defaults', 'main.yml')
+    specs = _role_yaml('meta', 'argument_specs.yml')['argument_specs']
+    assert set(specs) == {'main', 'preflight'}, sorted(specs)
+    for entry, spec in specs.items():
+        options = spec['options']
+        assert sorted(set(defaults) - set(options)) == [], (entry, 'in defaults/main.yml, not documented')
+        assert sorted(set(options) - set(defaults)) == [], (entry, 'documented, not in defaults/main.yml')
+        differ = {name: (defaults[name], opt.get('default')) for name, opt in options.items()
+                  if opt.get('default') != defaults[name]}
+        assert differ == {}, (entry, differ)
+        for name, opt in options.items():
+            assert name.startswith('vllm_rollout_') and opt.get('description') and opt.get('type'), (entry, name, opt)
+
+
+def test_ansible_doc_lists_every_variable():
+    """`ansible-doc -t role modelops.vllm.rollout` reads the argument specs and lists every variable."""
+    proc = subprocess.run([_bin('ansible-doc'), '-t', 'role', '--json', 'modelops.vllm.rollout'], env=ansible_env(),
+                          capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)['modelops.vllm.rollout']
+    listed = doc['entry_points']['main']['options']
+    assert sorted(listed) == sorted(_role_yaml('defaults', 'main.yml')), sorted(listed)
+    assert all(opt.get('description') for opt in listed.values()), listed
+    assert doc['entry_points']['preflight']['options'].keys() == listed.keys()
+
+
+def _tasks(data):
+    """Every task of a task list, blocks opened."""
+    for task in data or []:
+        yield task
+        for key in ('block', 'rescue', 'always'):
+            yield from _tasks(task.get(key))
+
+
+def test_one_place_performs_a_restart():
+    """The role restarts only through modelops.vllm.restart and pauses only through modelops.vllm.watchdog_pause;
+    the playbook only runs the role. The one command the role runs itself is the pull of an upgrade."""
+    modules = {}
+    for name in os.listdir(os.path.join(ROLE, 'tasks')):
+        for task in _tasks(_role_yaml('tasks', name)):
+            module = next((k for k in task if '.' in k and k.split('.')[0] in ('ansible', 'modelops')), None)
+            if module:
+                modules.setdefault(module, []).append(task['name'])
+    assert modules.get('ansible.builtin.command') == ['Upgrade | pull the new image while the server still serves'], modules
+    assert len(modules['modelops.vllm.restart']) == 3, modules  # check mode, restart, wait from the controller
+    assert sorted(modules['modelops.vllm.watchdog_pause']) == [
+        'Pause | pause the watchdog, and wait for a watchdog run that is deciding right now',
+        'Resume | leave the watchdog paused for a human, with the reason in the pause file',
+        'Resume | the watchdog (the host serves again, or was not touched)'], modules
+    # Nothing else that could restart, read the pause file or wait until ready on its own (shell, systemd, uri, slurp).
+    assert set(modules) <= {'ansible.builtin.assert', 'ansible.builtin.set_fact', 'ansible.builtin.command',
+                            'ansible.builtin.file', 'ansible.builtin.copy', 'ansible.builtin.lineinfile',
+                            'ansible.builtin.debug', 'ansible.builtin.fail', 'ansible.builtin.set_stats',
+                            'ansible.builtin.import_tasks', 'modelops.vllm.health', 'modelops.vllm.restart',
+                            'modelops.vllm.watchdog_pause'}, sorted(modules)
+    with open(os.path.join(REPO, 'playbooks', 'rollout.yml')) as handle:
+        plays = yaml.safe_load(handle)
+    assert [play.get('roles') for play in plays] == [None, [{'role': 'modelops.vllm.rollout'}]], plays
+    assert plays[0]['tasks'] == [{'name': "Check this host's rollout settings", 'ansible.builtin.include_role': {
+        'name': 'modelops.vllm.rollout', 'tasks_from': 'preflight'}}], plays[0]

@@ -1,17 +1,30 @@
 # -*- coding: utf-8 -*-
-"""Stand-ins for ``systemctl``, ``journalctl`` and ``docker`` that act on simulated vLLM servers.
+"""Stand-ins for ``systemctl``, ``journalctl``, ``docker`` and a site's own restart command
+(``vllm-restart``) that act on simulated vLLM servers.
 
-The executables ``systemctl``, ``journalctl`` and ``docker`` next to this file run
-``main(<tool>, argv)``. Put this directory first on ``PATH`` and the watchdog role's commands
-reach these stand-ins instead of the real service managers. Every call:
+The executables next to this file run ``main(<tool>, argv)``. Put this directory first on
+``PATH`` and the commands of the watchdog role and of the rollout reach these stand-ins instead
+of the real service managers. Every call:
 
-* appends its exact argv (``[tool, arg1, ...]``) as one JSON line to ``$MODELOPS_STANDIN_LOG``
-  (or the config's ``"log"``), with the time and pid;
+* appends one JSON line to ``$MODELOPS_STANDIN_LOG`` (or the config's ``"log"``)::
+
+    {"argv": [tool, arg1, ...], "time": epoch, "pid": n,
+     "host": <the config's "host">,                  # when the config names one (one config per inventory host)
+     "env": {"VLLM_IMAGE": ...},                     # the variables named in the config's "log_env", as seen
+     "watch": {path: content or null},               # the files named in the config's "watch", at that moment
+     "servers": {id: {"status", "running", "waiting", "start_time", "load"}}}   # restarts only: just before it
+
+  so a test can prove, from the log alone, what existed at the moment of each call (a pause
+  file, a drop-in, an env file) and what a server had in flight when it was restarted;
 * answers from the JSON file named by ``$MODELOPS_STANDIN_CONFIG``::
 
     {
       "control_url": "http://127.0.0.1:21000",     # the simulator's control API
       "log": "/tmp/x/standins.log",                # optional; $MODELOPS_STANDIN_LOG wins
+      "host": "gb10-01",                           # optional; copied into every log line
+      "watch": ["/path/paused"], "log_env": ["VLLM_IMAGE"],   # optional; see the log line above
+      "daemon_reload_rc": 0,                       # exit status of `systemctl daemon-reload` (non-zero: it fails)
+      "pull_rc": 0,                                # exit status of `docker pull`
       "services": {
         "vllm": {                                  # unit, container or compose service name
           "server": "s1",                          # the simulator server id it runs
@@ -29,12 +42,14 @@ reach these stand-ins instead of the real service managers. Every call:
 ``"state": "auto"`` asks the simulator instead: a server that listens or is loading is
 running since its process start time, a stopped one has failed.
 
-A restart (``systemctl restart``, ``docker restart``, ``docker compose ... restart``) calls the
+A restart (``systemctl restart``, ``docker restart``, ``docker compose ... restart``,
+``docker compose ... up -d SERVICE`` (a recreate), ``vllm-restart SERVICE``) calls the
 simulator's control API (``POST /servers/<id>/state {"state": "restart", "load_seconds": ...}``)
 and records in the config file that the service runs again since now (``state`` running,
 ``started_at`` now, ``restarts`` + 1), so that status commands afterwards see the new start,
-like a real service manager. Nothing here ever calls a real service manager: without
-``$MODELOPS_STANDIN_CONFIG`` every call fails.
+like a real service manager. ``systemctl daemon-reload`` counts its calls in the config
+(``daemon_reloads``); ``docker pull IMAGE`` pulls nothing. Nothing here ever calls a real service
+manager: without ``$MODELOPS_STANDIN_CONFIG`` every call fails.
 
 Standard library only; Python 3.6+.
 """
@@ -123,17 +138,29 @@ class Config(object):
             self._lock = None
 
 
-def log_call(tool, argv):
+def _read(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except (IOError, OSError, UnicodeDecodeError):
+        return None
+
+
+def append_log(entry, config_data=None):
+    """Append one call to the log: $MODELOPS_STANDIN_LOG, else the config's "log" (read without the lock
+    when the config could not be opened)."""
     path = os.environ.get(LOG_ENV)
-    if not path:
+    if not path and config_data is not None:
+        path = config_data.get('log')
+    if not path and config_data is None:
         try:
             with open(os.environ.get(CONFIG_ENV, '')) as handle:
                 path = json.load(handle).get('log')
-        except (IOError, OSError, ValueError):
+        except (IOError, OSError, ValueError, AttributeError):
             path = None
     if not path:
         return
-    line = json.dumps({'argv': [tool] + list(argv), 'time': round(time.time(), 3), 'pid': os.getpid()}) + '\n'
+    line = json.dumps(entry) + '\n'
     with open(path, 'a') as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         handle.write(line)
@@ -321,6 +348,13 @@ def systemctl(config, argv):
         for unit in units:
             restart(config, unit)
         return 0
+    if command == 'daemon-reload':
+        config.data['daemon_reloads'] = int(config.data.get('daemon_reloads', 0) or 0) + 1
+        config.dirty = True
+        rc = int(config.data.get('daemon_reload_rc', 0) or 0)
+        if rc:
+            raise StandinError(config.data.get('daemon_reload_error') or 'Failed to reload daemon: Access denied', rc)
+        return 0
     if command == 'is-active':
         rc = 0
         for unit in units:
@@ -381,6 +415,16 @@ def docker(config, argv):
             restart(config, name)
             print(ref)
         return 0
+    if command == 'pull':
+        options, refs = _parse_options(rest, ('--platform',))
+        if len(refs) != 1:
+            raise StandinError('"docker pull" requires exactly 1 argument.')
+        rc = int(config.data.get('pull_rc', 0) or 0)
+        if rc:
+            raise StandinError('Error response from daemon: manifest for %s not found: manifest unknown' % refs[0], rc)
+        print('%s: Pulling from standin' % refs[0])
+        print('Status: Image is up to date for %s' % refs[0])
+        return 0
     if command == 'inspect':
         options, refs = _parse_options(rest, ('-f', '--format', '--type'))
         fmt = (options.get('--format') or options.get('-f') or [None])[-1]
@@ -426,8 +470,8 @@ def _compose_service(config, project_dir, service):
     return service
 
 
-def compose(config, argv):
-    # global options come before the command
+def _compose_globals(argv):
+    """``docker compose`` global options, before the command: (project directory or None, index of the command)."""
     project_dir = None
     i = 0
     while i < len(argv) and argv[i].startswith('-'):
@@ -439,18 +483,32 @@ def compose(config, argv):
             if key == '--project-directory':
                 project_dir = value
         i += 1
+    return project_dir, i
+
+
+def compose(config, argv):
+    project_dir, i = _compose_globals(argv)
     if i >= len(argv):
         raise StandinError('standin docker compose: no command given')
     command, rest = argv[i], argv[i + 1:]
     if project_dir is not None and not os.path.isdir(project_dir):
         raise StandinError('stat %s: no such file or directory' % project_dir, 1)
-    if command == 'restart':
-        options, services = _parse_options(rest, ('-t', '--timeout'))
+    if command in ('restart', 'up'):
+        if command == 'up':
+            options, services = _parse_options(rest, ('-t', '--timeout', '--scale', '--pull', '--wait-timeout'))
+            if not ('-d' in options or '--detach' in options):
+                raise StandinError('standin docker compose up: only detached (-d) is supported')
+            if not services:
+                raise StandinError('standin docker compose up: name the service')
+            doing = 'Recreate' if '--force-recreate' in options else 'Running'
+        else:
+            options, services = _parse_options(rest, ('-t', '--timeout'))
+            doing = 'Restarting'
         for service in services:
             name = _compose_service(config, project_dir, service)
             if name is None:
                 raise StandinError('no such service: %s' % service)
-            sys.stderr.write(' Container %s-1  Restarting\n' % service)
+            sys.stderr.write(' Container %s-1  %s\n' % (service, doing))
             restart(config, name)
             sys.stderr.write(' Container %s-1  Started\n' % service)
         return 0
@@ -484,14 +542,72 @@ def compose(config, argv):
     raise StandinError('standin docker compose: unsupported command %r' % command)
 
 
-TOOLS = {'systemctl': systemctl, 'journalctl': journalctl, 'docker': docker}
+def vllm_restart(config, argv):
+    """A site's own restart command (method ``command``): ``vllm-restart SERVICE``."""
+    if len(argv) != 1 or config.service(argv[0]) is None:
+        raise StandinError('usage: vllm-restart SERVICE (a service of the stand-in config)')
+    restart(config, argv[0])
+    return 0
+
+
+TOOLS = {'systemctl': systemctl, 'journalctl': journalctl, 'docker': docker, 'vllm-restart': vllm_restart}
+
+
+def restarts(tool, argv):
+    """Whether this call restarts (or recreates) a service."""
+    if tool == 'vllm-restart':
+        return True
+    if tool == 'systemctl':
+        return any(a in ('restart', 'try-restart', 'reload-or-restart') for a in argv)
+    if tool == 'docker' and argv[:1] == ['restart']:
+        return True
+    if tool == 'docker' and argv[:1] == ['compose']:
+        dummy, i = _compose_globals(argv[1:])
+        return argv[1 + i:2 + i] in (['restart'], ['up'])
+    return False
+
+
+def snapshot(config):
+    """What every simulated server of this config has in flight, right now."""
+    out = {}
+    for svc in config.services.values():
+        sid = svc.get('server')
+        if not sid:
+            continue
+        try:
+            stats = _control(config, 'GET', '/servers/%s/stats' % sid)
+        except StandinError as exc:
+            out[sid] = {'error': str(exc)}
+            continue
+        out[sid] = {'status': stats['status'], 'running': stats['totals']['running'],
+                    'waiting': stats['totals']['waiting'], 'start_time': stats['start_time'], 'load': stats['load']}
+    return out
+
+
+def describe(entry, config, tool, argv):
+    """Add to a log entry what the config asks to record (host, environment, watched files, servers)."""
+    data = config.data
+    if 'host' in data:
+        entry['host'] = data['host']
+    if data.get('log_env'):
+        entry['env'] = dict((name, os.environ.get(name)) for name in data['log_env'])
+    if data.get('watch'):
+        entry['watch'] = dict((path, _read(path)) for path in data['watch'])
+    if restarts(tool, argv):
+        entry['servers'] = snapshot(config)
+    return entry
 
 
 def main(tool, argv):
-    log_call(tool, argv)
+    entry = {'argv': [tool] + list(argv), 'time': round(time.time(), 3), 'pid': os.getpid()}
     config = None
     try:
-        config = Config(_config_path())
+        try:
+            config = Config(_config_path())
+        except StandinError:
+            append_log(entry)
+            raise
+        append_log(describe(entry, config, tool, argv), config.data)
         return TOOLS[tool](config, argv)
     except StandinError as exc:
         sys.stdout.flush()
@@ -504,6 +620,6 @@ def main(tool, argv):
 
 if __name__ == '__main__':
     if len(sys.argv) < 2 or sys.argv[1] not in TOOLS:
-        sys.stderr.write('usage: _standin.py {systemctl|journalctl|docker} ARGS...\n')
+        sys.stderr.write('usage: _standin.py {%s} ARGS...\n' % '|'.join(sorted(TOOLS)))
         sys.exit(2)
     sys.exit(main(sys.argv[1], sys.argv[2:]))
