@@ -178,6 +178,55 @@ def test_two_runs_at_once_restart_a_stuck_server_once(sim, tmp_path):
 
 # --------------------------------------------------------------------------- ansible-runner (AWX)
 
+UNREACHABLE_PLAY = """
+- name: The collection's watchdog playbook
+  ansible.builtin.import_playbook: modelops.vllm.watchdog
+
+- name: Save the report
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Save every host's results
+      ansible.builtin.copy:
+        content: "{{ dict(groups['vllm'] | zip(groups['vllm'] | map('extract', hostvars, 'vllm_watchdog_results'))) | to_json }}"
+        dest: "{{ out_dir }}/results.json"
+        mode: "0600"
+"""
+
+
+def test_an_unreachable_host_is_reported_never_dropped_and_power_cycled_under_the_guard_rails(sim, tmp_path):
+    """A host that answers nothing over SSH (a wedged GB10): a line of its own, counted unreachable (never
+    healthy), never restarted; the controller's vllm_watchdog_unreachable_command runs once, and not again
+    inside the start-up grace after it."""
+    busy = busy_server(sim)
+    power_log = tmp_path / 'power-cycles.log'
+    inventory = write_inventory(str(tmp_path / 'inventory.yml'), {
+        'gb10-ok': {'vllm_url': busy['url']},
+        # Nothing listens on port 1: ssh is refused at once, as from a box that answers nothing.
+        'gb10-wedged': {'ansible_connection': 'ssh', 'ansible_host': '127.0.0.1', 'ansible_port': 1,
+                        'vllm_url': 'http://127.0.0.1:1'},
+    }, dict(FAST, vllm_watchdog_state_dir=str(tmp_path / 'state'),
+            vllm_watchdog_controller_state_dir=str(tmp_path / 'controller-state'),
+            vllm_watchdog_unreachable_command=['sh', '-c', 'echo "{{ inventory_hostname }}" >> %s' % power_log]))
+    runs = []
+    for index in range(2):
+        run = run_playbook(UNREACHABLE_PLAY, inventory=inventory, workdir=str(tmp_path / ('run%d' % index)),
+                           timeout=300, extra_env={'ANSIBLE_TIMEOUT': '5'})
+        runs.append(run)
+        results = run.outputs['results.json']
+        ok, wedged = results['gb10-ok'][0], results['gb10-wedged'][0]
+        assert ok['state'] == 'busy' and ok['action'] == 'none', ok
+        assert wedged['state'] == 'unreachable' and wedged['unreachable'] and wedged['failed'], wedged
+        assert wedged['action'] == 'unreachable' and not wedged['restarted'], wedged
+        assert 'gb10-wedged/vllm: unreachable - watchdog: host UNREACHABLE' in run.stdout
+        assert 'unreachable hosts: gb10-wedged' in run.stdout
+        recap = [line for line in run.stdout.split('PLAY RECAP')[-1].splitlines() if line.startswith('gb10-wedged')]
+        assert recap and 'failed=1' in recap[0], recap  # it fails for a human, it is not dropped
+    assert power_log.read_text().split() == ['gb10-wedged'], power_log.read_text()  # once: the grace holds
+    assert 'unreachable command sh -c' in runs[0].outputs['results.json']['gb10-wedged'][0]['decision']
+    assert 'within the start-up grace' in runs[1].outputs['results.json']['gb10-wedged'][0]['decision']
+
+
 def test_ansible_runner_reports_the_fleet_in_its_artifacts(sim, tmp_path):
     busy = busy_server(sim)
     stuck = stuck_server(sim)
