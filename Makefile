@@ -33,12 +33,15 @@ PIP_NOISE := is ignored: it is neither a file nor a directory
 # Order of `make test`: fast, self-contained tiers first.
 TIERS := lint unit build sanity molecule integration
 
-.PHONY: help venv lock collection-link lint sanity unit integration molecule build test demo clean distclean
+.PHONY: help venv lock collection-link lint sanity unit integration molecule build test demo try try-stop clean distclean
 
 help:
 	@echo 'User-facing:'
 	@echo '  make test         create .venv (first run only) and run every tier: $(TIERS)'
 	@echo '  make demo         run the demo (scripts/demo.py) in .venv'
+	@echo '  make try          leave a sandbox running (simulated vLLM servers on 127.0.0.1:28000-28099, an inventory,'
+	@echo '                    stand-ins): every command of the docs runs against it; prints the line to source'
+	@echo '  make try-stop     stop the sandbox and remove $(TRY_DIR)'
 	@echo 'Tiers (each creates .venv first if needed):'
 	@echo '  make lint         ansible-lint (production profile) + antsibull-changelog lint'
 	@echo '  make unit         pytest tests/unit'
@@ -97,6 +100,7 @@ integration: $(STAMP) collection-link
 	@echo '== integration: pytest tests/integration'
 	scripts/ensure-nginx.sh
 	scripts/ensure-prometheus.sh
+	scripts/ensure-eda.sh
 	scripts/ensure-sshd.sh
 	scripts/pytest-tier.sh integration tests/integration
 
@@ -121,6 +125,16 @@ demo: $(STAMP) collection-link
 	scripts/ensure-nginx.sh
 	@if [ ! -f scripts/demo.py ]; then echo "demo: scripts/demo.py does not exist yet"; exit 1; fi
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
+
+# The sandbox (scripts/try.py): it runs on after `make try` returns, until `make try-stop`.
+TRY_DIR ?= .cache/try
+
+try: $(STAMP) collection-link
+	@scripts/ensure-nginx.sh >/dev/null || echo "try: nginx could not be installed: the sandbox has no proxy"
+	@$(BIN)/python scripts/try.py start --dir $(TRY_DIR) $(TRY_ARGS)
+
+try-stop:
+	@$(if $(wildcard $(BIN)/python),$(BIN)/python,python3) scripts/try.py stop --dir $(TRY_DIR)
 
 # ------------------------------------------------------------------ cleanup
 
