@@ -701,7 +701,9 @@ class VllmServer:
             except requests.RequestException:
                 pass
             if time.monotonic() > deadline:
-                raise HarnessError(f"{what} not reached within {timeout} s on port {self.port}")
+                seen = {name: _sample_sum(text, name) for name in
+                        ("vllm:num_requests_running", "vllm:num_requests_waiting")} if text else "no /metrics answer"
+                raise HarnessError(f"{what} not reached within {timeout} s on port {self.port} (last seen: {seen})")
             time.sleep(interval)
 
     def wait_running(self, running: int, waiting: Optional[int] = None,

@@ -385,8 +385,11 @@ def small_batch_server(vllm_server_class):
 
 class TestSmallBatchServer:
     def test_full_batch_two_running_one_waiting(self, small_batch_server):
-        with small_batch_server.start_completions(3, LONG) as load:
-            small_batch_server.wait_running(2, 1, timeout=60)
+        # On a loaded 2-core machine the API server (pinned away from the reniced engine) can be slow to
+        # admit the three requests, and the engine slow or fast to decode: the requests are long enough
+        # (60,000 tokens: minutes of decoding) that the full batch lasts far longer than the wait for it.
+        with small_batch_server.start_completions(3, 60000) as load:
+            small_batch_server.wait_running(2, 1, timeout=240)
             a = read(small_batch_server)
             time.sleep(1.5)
             b = read(small_batch_server)
