@@ -71,9 +71,9 @@ WORDS = {
 
 def _line(result):
     after = ' -> now %s' % result['after'] if result.get('after') else ''
-    return '%s/%s: %s - watchdog: %s (%s)%s' % (result['host'], result['instance'], result['state'],
-                                                 WORDS.get(result['action'], result['action']),
-                                                 result['decision'], after)
+    what = WORDS.get(result['action'], result['action'])
+    return '%s/%s: %s - watchdog: %s (%s)%s' % (result['host'], result['instance'], result['state'], what,
+                                                result['decision'], after)
 
 
 def _one(host, instance, **values):

@@ -15,7 +15,7 @@ description:
   - Takes host names and returns one server per host and instance for M(modelops.vllm.health)'s
     O(modelops.vllm.health#module:servers), from each host's C(_vllm_watchdog_instances) (the instances the
     P(modelops.vllm.watchdog#role) role has merged for it). Each server is named C(<host>/<instance>).
-  - Used by the role when C(vllm_watchdog_check_on_controller) is true: one module run checks the whole play.
+  - Used by the role when C(vllm_watchdog_check_on_controller) is true, so that one module run checks the whole play.
 options:
   _input:
     description: Host names, for example C(ansible_play_hosts).

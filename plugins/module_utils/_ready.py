@@ -56,8 +56,8 @@ def wait_ready(client, timeout, delay, model=None, sleep=None, clock=None, old_s
                 if models and (not model or model in models):
                     return {'ok': True, 'seconds': round(clock() - started, 3), 'health': health, 'models': models,
                             'polls': polls, 'why': None, 'start_time': new_start}
-                why = ('/v1/models answered %s without %s' % (listed.describe(), 'the model %s' % model if model
-                                                               else 'any model'))
+                wanted = 'the model %s' % model if model else 'any model'
+                why = '/v1/models answered %s without %s' % (listed.describe(), wanted)
         if clock() - started + delay > timeout:
             return {'ok': False, 'seconds': round(clock() - started, 3), 'health': health, 'models': models,
                     'polls': polls, 'why': why, 'start_time': new_start}

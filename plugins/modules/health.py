@@ -452,7 +452,7 @@ def invalid_settings(params):
 def collect(module):
     """The verdicts of a background run of this module on this host (results_file)."""
     timeout = module.params['results_timeout']
-    if not (timeout == timeout and 0 <= timeout <= 86400):
+    if math.isnan(timeout) or not 0 <= timeout <= 86400:
         module.fail_json(msg='results_timeout must be from 0 to 86400, got %s' % timeout)
     result, why = read_results(module.params['results_file'], timeout)
     if result is None:

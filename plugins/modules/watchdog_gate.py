@@ -554,8 +554,8 @@ class Gate(object):
         }
         try:
             statedir.check_dir(paths['evidence'])
-            path = os.path.join(paths['evidence'], '%s-%s.json' % (out['name'], time.strftime('%Y%m%dT%H%M%SZ',
-                                                                                               time.gmtime())))
+            stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
+            path = os.path.join(paths['evidence'], '%s-%s.json' % (out['name'], stamp))
             statedir.write_text(path, json.dumps(evidence, indent=1, sort_keys=True, default=str) + '\n')
             return path
         except (statedir.StateError, OSError) as exc:
