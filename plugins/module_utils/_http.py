@@ -231,7 +231,11 @@ class Client(object):
         worker.join(timeout)
         seconds = self.clock() - started
         if worker.is_alive():
-            return Fetched(error='timeout', message='no complete answer in %s s' % round(timeout, 3), seconds=seconds)
+            if outcome.get('answered'):
+                # A status line and headers came back: the server (or something in front of it) answered.
+                return Fetched(error='incomplete', status=outcome['answered'], seconds=seconds,
+                               message='the answer started but did not complete in %s s' % round(timeout, 3))
+            return Fetched(error='timeout', message='no answer in %s s' % round(timeout, 3), seconds=seconds)
         if 'config_error' in outcome:
             raise CheckError(outcome['config_error'])
         fetched = outcome.get('fetched') or Fetched(error='client', message='the request ended without an answer')
@@ -240,7 +244,7 @@ class Client(object):
 
     def _worker(self, outcome, method, path, timeout, headers, auth, body, text_only, max_bytes):
         try:
-            outcome['fetched'] = self._do(method, path, timeout, headers, auth, body, text_only, max_bytes)
+            outcome['fetched'] = self._do(method, path, timeout, headers, auth, body, text_only, max_bytes, outcome)
         except CheckError as exc:
             outcome['config_error'] = str(exc)
         except Exception as exc:  # pylint: disable=broad-except
@@ -248,7 +252,7 @@ class Client(object):
             # taken for a server that did not answer.
             outcome['fetched'] = Fetched(error='client', message='%s: %s' % (type(exc).__name__, exc))
 
-    def _do(self, method, path, timeout, headers, auth, body, text_only, max_bytes):
+    def _do(self, method, path, timeout, headers, auth, body, text_only, max_bytes, outcome):
         url = urljoin(self.base, path)
         send_headers = dict(headers or {})
         if auth and self.api_key:
@@ -270,6 +274,7 @@ class Client(object):
                 # Raised while the request was prepared or its headers encoded: nothing was sent, so
                 # this says nothing about the server.
                 raise CheckError('the request to /%s could not be sent (%s)' % (path, type(exc).__name__))
+            outcome['answered'] = response.status_code
             try:
                 if response.status_code in _REDIRECTS and response.headers.get('Location'):
                     try:

@@ -62,6 +62,8 @@ EVIDENCE_ENGINES = 16
 MAX_REQUESTS = 1e9
 # A model name longer than this is not used (the probe then asks /v1/models).
 MAX_NAME = 256
+# Values left out, named per engine in the evidence; past this many they are only counted.
+MAX_PROBLEMS = 5
 _WANTED = frozenset(PROGRESS_COUNTERS + _GAUGES + V0_ONLY + (START_TIME,))
 
 
@@ -247,13 +249,39 @@ def engine_order(key):
     return (0, int(key), '') if key.isdigit() and len(key) < 10 else (1, 0, key)
 
 
+def _problem(engine, name, value):
+    """Note a value that cannot be true (the first MAX_PROBLEMS per engine by name and value, the rest counted)."""
+    if len(engine.problems) < MAX_PROBLEMS:
+        engine.problems.append('%s=%s' % (name.replace('vllm:', ''), _fmt(value)))
+    elif len(engine.problems) == MAX_PROBLEMS:
+        engine.problems.append('and more')
+
+
 def _gauge(engine, name, value, top):
     """A gauge's value when it can be true (0..top, finite), else None and a problem noted."""
     if _finite(value) and 0 <= value <= top:
         return value
     engine.bad_gauges.add(name)
-    engine.problems.append('%s=%s' % (name.replace('vllm:', ''), _fmt(value)))
+    _problem(engine, name, value)
     return None
+
+
+def _add_requests(engine, attr, name, value):
+    """A request gauge, summed over its other labels (never the last sample alone: one label set
+    saying 3 and another saying 0 is 3 in flight); once one sample cannot be true, the gauge is none."""
+    if name in engine.bad_gauges:
+        return
+    value = _gauge(engine, name, value, MAX_REQUESTS)
+    if value is None:
+        setattr(engine, attr, None)
+        return
+    total = (getattr(engine, attr) or 0) + value
+    if total > MAX_REQUESTS:
+        engine.bad_gauges.add(name)
+        _problem(engine, name, total)
+        setattr(engine, attr, None)
+        return
+    setattr(engine, attr, total)
 
 
 def reading_from_samples(samples, at=None, seconds=None):
@@ -302,19 +330,24 @@ def reading_from_samples(samples, at=None, seconds=None):
             continue
         engine = engine_for(labels)
         if name == RUNNING:
-            engine.running = _gauge(engine, name, value, MAX_REQUESTS)
+            _add_requests(engine, 'running', name, value)
         elif name == WAITING:
-            engine.waiting = _gauge(engine, name, value, MAX_REQUESTS)
+            _add_requests(engine, 'waiting', name, value)
         elif name == WAITING_BY_REASON:
             if dict(labels).get('reason') == 'deferred':
-                engine.deferred = _gauge(engine, name, value, MAX_REQUESTS)
+                _add_requests(engine, 'deferred', name, value)
         elif name in KV_CACHE:
-            # Multiprocess mode of 0.10/0.11 may add a pid label: take the max.
+            # Multiprocess mode of 0.10/0.11 may add a pid label: take the max. One sample that cannot be
+            # true spoils the gauge (it is then no progress series).
+            if name in engine.bad_gauges:
+                continue
             value = _gauge(engine, name, value, 1.0)
-            if value is not None and (engine.kv_cache is None or value > engine.kv_cache):
+            if value is None:
+                engine.kv_cache = None
+            elif engine.kv_cache is None or value > engine.kv_cache:
                 engine.kv_cache = value
         elif name == SLEEP_STATE:
-            if dict(labels).get('sleep_state') == 'awake':
+            if dict(labels).get('sleep_state') == 'awake' and name not in engine.bad_gauges:
                 value = _gauge(engine, name, value, 1.0)
                 engine.awake = None if value is None else value >= 1
         elif name in PROGRESS_COUNTERS:
@@ -327,7 +360,7 @@ def reading_from_samples(samples, at=None, seconds=None):
                 # One sample of a counter that cannot be true spoils its sum: leave the counter out.
                 engine.bad_counters.add(name)
                 engine.counters.pop(name, None)
-                engine.problems.append('%s=%s' % (name.replace('vllm:', ''), _fmt(value)))
+                _problem(engine, name, value)
     return Reading(engines, start_time, created, has_vllm, at=at, seconds=seconds, v0=v0, problems=problems)
 
 

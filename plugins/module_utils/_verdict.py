@@ -32,7 +32,8 @@ STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 
 # Why a request got no HTTP answer.
 FETCH_ERRORS = (
     'refused',      # nothing listens (connection refused, host unreachable, name does not resolve)
-    'timeout',      # no (complete) answer in time
+    'timeout',      # no answer at all in time (not even a status line)
+    'incomplete',   # an answer started (status line and headers) but did not complete in time
     'deadline',     # the check's overall deadline left no time for it (see check_deadline)
     'dropped',      # the connection was closed or reset before an answer
     'too_large',    # the body is over the size cap
@@ -112,11 +113,13 @@ def parse_version(text):
 def probe_outcome(fetched, probe_timeout=None):
     """Classify a one-token probe.
 
-    'ok'; 'no_answer' (it waited its whole ``probe_timeout`` without an answer: the only outcome
-    that counts towards stuck); 'cut_short' (a timeout shorter than that, when the check's deadline
-    left less time); 'dropped' (the connection was closed or reset before an answer: a proxy or
-    firewall, or a crashing server, never a hang); 'refused'; 'server_error' (5xx); 'rejected'
-    (4xx: a configuration problem); 'invalid' (200 without a completion, or an unusable answer)."""
+    'ok'; 'no_answer' (it waited its whole ``probe_timeout`` without any answer, not even a status
+    line: the only outcome that counts towards stuck); 'cut_short' (a timeout shorter than that, when
+    the check's deadline left less time); 'incomplete' (an answer started but did not complete in
+    time: something answered, so not a hang); 'dropped' (the connection was closed or reset before an
+    answer: a proxy or firewall, or a crashing server, never a hang); 'refused'; 'server_error' (5xx);
+    'rejected' (4xx: a configuration problem); 'invalid' (200 without a completion, or an unusable
+    answer)."""
     if fetched.error == 'timeout':
         waited = fetched.seconds if fetched.seconds is not None else 0.0
         if probe_timeout is None or waited >= FULL_WAIT * probe_timeout:
@@ -124,7 +127,7 @@ def probe_outcome(fetched, probe_timeout=None):
         return 'cut_short'
     if fetched.error == 'deadline':
         return 'cut_short'
-    if fetched.error in ('dropped', 'refused'):
+    if fetched.error in ('dropped', 'refused', 'incomplete'):
         return fetched.error
     if fetched.error:
         return 'invalid'
@@ -357,6 +360,9 @@ class Judge(object):
             return self.finish('unknown', 'the probe got no answer, but the check\'s overall deadline cut it short '
                                           'after %.2f s of probe_timeout %s s: not a full wait, never taken for '
                                           'stuck' % (fetched.seconds or 0.0, self.probe_timeout))
+        if outcome == 'incomplete':
+            return self.finish('unknown', 'the probe\'s answer started but did not complete in %.2f s (%s): something '
+                                          'answered, so this is no hang' % (fetched.seconds or 0.0, fetched.describe()))
         if outcome in ('server_error', 'refused', 'dropped'):
             health = self.check_health()
             if engine_is_dead(health):

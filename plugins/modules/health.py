@@ -304,7 +304,7 @@ probe:
     error:
       description: What went wrong, when it did not answer with a completion.
       type: str
-      sample: timeout (no complete answer in 30.0 s)
+      sample: timeout (no answer in 30.0 s)
     model:
       description: The model named in the probe.
       type: str

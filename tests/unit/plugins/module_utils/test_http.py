@@ -151,8 +151,44 @@ def test_silent_server_times_out(server):
 
 def test_trickling_server_is_cut_off_at_the_deadline(server):
     fetched = Client(server + '/trickle', metrics_timeout=1.0).metrics()
-    assert fetched.error == 'timeout'
+    # The status line and headers came back: an answer that did not complete, not a silent server.
+    assert fetched.error == 'incomplete' and fetched.status == 200
     assert fetched.seconds < 3
+
+
+def test_a_probe_answer_that_starts_but_never_completes_is_no_unanswered_probe(server):
+    Handler.routes['/trickle/v1/completions'] = trickle
+    fetched = Client(server + '/trickle', probe_timeout=1.0).probe('tiny')
+    assert fetched.error == 'incomplete'
+    assert Judge(FakeProbeServer(fetched), interval=0.1, sleep=time.sleep, clock=time.time,
+                 probe_timeout=1.0).run()['state'] == 'unknown'
+
+
+class FakeProbeServer(object):
+    """An idle server whose probe gives ``fetched``."""
+
+    def __init__(self, fetched):
+        self.fetched = fetched
+        self.client = None
+
+    def metrics(self):
+        from fakes import ok
+        return ok(METRICS)
+
+    def health(self):
+        from fakes import HEALTH_OK
+        return HEALTH_OK
+
+    def version(self):
+        from fakes import VERSION
+        return VERSION
+
+    def models(self):
+        from fakes import MODELS
+        return MODELS
+
+    def probe(self, model):
+        return self.fetched
 
 
 def test_body_over_the_cap(server):

@@ -130,3 +130,24 @@ def test_rate():
     assert r.rate(a, b, r.STEPS) == 100.0
     assert r.rate(a, b, r.GENERATION) == 200.0
     assert r.rate(b, a, r.STEPS) is None
+
+
+def test_request_gauges_are_summed_over_their_other_labels_never_the_last_sample_alone():
+    text = ('vllm:num_requests_running{engine="0",pid="1"} 3\n'
+            'vllm:num_requests_running{engine="0",pid="2"} 0\n')
+    reading = r.read_text(text)
+    assert reading.running == 3 and reading.in_flight == 3
+
+
+def test_values_that_cannot_be_true_are_named_a_few_times_then_counted():
+    text = ''.join('vllm:num_requests_running{engine="0",n="%d"} NaN\n' % i for i in range(10000))
+    reading = r.read_text(text)
+    assert reading.in_flight is None
+    assert reading.engines['0'].problems == ['num_requests_running=nan']
+
+
+def test_one_kv_sample_that_cannot_be_true_spoils_the_gauge():
+    text = ('vllm:kv_cache_usage_perc{engine="0",pid="1"} 0.5\n'
+            'vllm:kv_cache_usage_perc{engine="0",pid="2"} NaN\n'
+            'vllm:kv_cache_usage_perc{engine="0",pid="3"} 0.7\n')
+    assert r.read_text(text).engines['0'].kv_cache is None
