@@ -47,6 +47,7 @@ for _path in (str(REPO), str(REPO / "tests")):
         sys.path.insert(0, _path)
 
 import ansible_run  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from tests.support import servers as states  # noqa: E402  pylint: disable=wrong-import-position
 from tests.support.sshfleet import SSHFleet  # noqa: E402  pylint: disable=wrong-import-position
 
 PLAYBOOK = REPO / "playbooks" / "fleet_check.yml"
@@ -60,13 +61,11 @@ SIM_PORTS = "25600-25699"
 # What each simulated state must be judged.
 EXPECTED = {"busy": "busy", "prefill": "busy", "idle": "idle", "hung": "stuck", "down": "down"}
 
-LOAD = {"concurrency": 2, "max_tokens": 100_000_000, "prompt_tokens": 16}
-# A long chunked prefill: 4 prompt tokens a step, 8 steps a second: 30,000 tokens last about 15 minutes,
-# the step counter stays frozen and only the KV-cache gauge moves (docs/vllm-facts.md).
-PREFILL = {"concurrency": 1, "max_tokens": 1, "prompt_tokens": 30_000}
-PREFILL_OPTIONS = {"chunk_tokens": 4}
 # Servers that have been up for two hours (their own process_start_time_seconds): past the start-up grace.
-SERVER_OPTIONS = {"process_age": 7200, "step_rate": 8}
+# At 8 steps a second a long prefill (tests/support/servers.py) lasts about 15 minutes.
+SERVER_OPTIONS = dict(states.UP_TWO_HOURS, step_rate=8)
+# The planned state -> the state of tests/support/servers.py that makes it.
+MAKE = {"busy": "busy", "prefill": "prefill", "idle": "idle", "hung": "stuck", "down": "down"}
 
 
 # --------------------------------------------------------------------------------------- the fleet
@@ -128,33 +127,11 @@ class Fleet(object):
         self.ssh.start()
         try:
             for server, state in zip(self.servers, self.states):
-                if state == "prefill":
-                    self.sim.configure(server["id"], **PREFILL_OPTIONS)
-            self.prepare()
+                states.put(self.sim, server["id"], MAKE[state])
         except BaseException:
             self.ssh.stop()
             raise
         return self
-
-    def prepare(self):
-        """Put every server in its state (again): loads started, hangs and stops applied."""
-        for server, state in zip(self.servers, self.states):
-            sid = server["id"]
-            if state in ("busy", "hung"):
-                self.sim.start_load(sid, **LOAD)
-            elif state == "prefill":
-                self.sim.start_load(sid, **PREFILL)
-        for server, state in zip(self.servers, self.states):
-            sid = server["id"]
-            if state == "hung":
-                self.sim.wait_for(sid, lambda s: s["totals"]["running"] == LOAD["concurrency"]
-                                  and s["totals"]["generation_tokens"] > 0)
-                self.sim.set_state(sid, "hang")
-            elif state == "down":
-                self.sim.set_state(sid, "stop")
-        for server, state in zip(self.servers, self.states):
-            if state in ("busy", "prefill"):
-                self.sim.wait_for(server["id"], lambda s: s["totals"]["running"] >= 1)
 
     def reset(self):
         """Check that the servers are still in their planned states (a run may have restarted some)."""

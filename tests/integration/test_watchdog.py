@@ -31,12 +31,9 @@ import yaml
 from ansible_run import env as ansible_env
 from ansible_run import health, run_playbook
 from modelops_paths import REPO
+from tests.support import servers
+from tests.support.standins import Standins
 
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-
-
-STANDINS = os.path.join(REPO, 'tests', 'standins')
 PORT_RANGE = '21500-21899'
 CONTROL_PORTS = range(21900, 22000)
 BIN = os.path.dirname(sys.executable)
@@ -72,46 +69,12 @@ FAST = {
 
 # --------------------------------------------------------------------------- helpers
 
-class Standins(object):
-    """The stand-ins' config and argv log in a test's directory, and the environment that puts them first."""
-
-    def __init__(self, directory, control_url):
-        self.config = os.path.join(directory, 'standins.json')
-        self.log = os.path.join(directory, 'argv.log')
-        self.control_url = control_url
-
-    def write(self, services):
-        with open(self.config, 'w') as handle:
-            json.dump({'control_url': self.control_url, 'services': services}, handle)
-
-    def env(self):
-        return {'PATH': os.pathsep.join([STANDINS, BIN, os.environ.get('PATH', '')]),
-                'MODELOPS_STANDIN_CONFIG': self.config, 'MODELOPS_STANDIN_LOG': self.log}
-
-    def calls(self):
-        if not os.path.exists(self.log):
-            return []
-        with open(self.log) as handle:
-            return [json.loads(line)['argv'] for line in handle if line.strip()]
-
-    def restarts(self):
-        return [argv for argv in self.calls() if 'restart' in argv]
-
-
 def stuck_server(sim, **options):
-    # Up for two hours by its own process_start_time_seconds: past the start-up grace.
-    srv = sim.create(**dict({'max_num_seqs': 4, 'step_rate': 50, 'process_age': 7200}, **options))
-    sim.start_load(srv['id'], concurrency=2, max_tokens=10_000_000)
-    sim.wait_for(srv['id'], lambda s: s['totals']['running'] == 2)
-    sim.set_state(srv['id'], 'hang')
-    return srv
+    return servers.create(sim, 'stuck', **dict({'max_num_seqs': 4, 'step_rate': 50}, **options))
 
 
 def busy_server(sim):
-    srv = sim.create(max_num_seqs=4, step_rate=50)
-    sim.start_load(srv['id'], concurrency=2, max_tokens=10_000_000)
-    sim.wait_for(srv['id'], lambda s: s['totals']['running'] == 2)
-    return srv
+    return servers.create(sim, 'busy', max_num_seqs=4, step_rate=50)
 
 
 def write_inventory(path, hosts, group_vars):

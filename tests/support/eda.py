@@ -41,6 +41,7 @@ from pathlib import Path
 import yaml
 
 from tests.support import prometheus as prom
+from tests.support.standins import Standins
 
 REPO = prom.REPO
 if str(REPO / "tests") not in sys.path:  # ansible_run and modelops_paths, as pytest's pythonpath has them
@@ -51,7 +52,6 @@ import ansible_run  # noqa: E402  pylint: disable=wrong-import-position,import-e
 RULEBOOK_FILE = REPO / "extensions" / "eda" / "rulebooks" / "vllm_stuck.yml"
 RULEBOOK = "modelops.vllm.vllm_stuck"          # the rulebook, by its name in the collection
 SOURCE_PLUGIN = REPO / "extensions" / "eda" / "plugins" / "event_source" / "alertmanager.py"
-STANDINS = REPO / "tests" / "standins"
 ENSURE = "scripts/ensure-eda.sh"
 PORT_RANGE = (27900, 27999)
 STUCK = "VllmEngineStuck"
@@ -336,35 +336,6 @@ class BearerAlertmanager(prom.Alertmanager):
         return config
 
 
-# ------------------------------------------------------------------------------------- stand-ins
-
-class Standins:
-    """The stand-ins' config (one service per server) and their argv log in ``workdir``."""
-
-    def __init__(self, workdir, control_url):
-        self.config = Path(workdir) / "standins.json"
-        self.log = Path(workdir) / "standins-argv.log"
-        self.control_url = control_url
-
-    def write(self, services):
-        self.config.write_text(json.dumps({"control_url": self.control_url, "services": services}, indent=1))
-
-    def env(self):
-        return {"PATH": os.pathsep.join([str(STANDINS), os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
-                "MODELOPS_STANDIN_CONFIG": str(self.config), "MODELOPS_STANDIN_LOG": str(self.log)}
-
-    def entries(self):
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
-
-    def calls(self):
-        return [entry["argv"] for entry in self.entries()]
-
-    def restarts(self):
-        return [entry for entry in self.entries() if "restart" in entry["argv"]]
-
-
 # ------------------------------------------------------------------------------------- the stack
 
 class EventPath:
@@ -409,7 +380,7 @@ class EdaStack:
         self.token = secrets.token_hex(16)
         self.textdir = self.workdir / "textfile"
         self.state_root = self.workdir / "state"
-        self.standins = Standins(self.workdir, sim.base_url)
+        self.standins = Standins(self.workdir, sim.base_url, log_name="standins-argv.log")
         self.inventory = self.workdir / "inventory.yml"
         self.rules = None
         self.node = self.alertmanager = self.rulebook = self.prometheus = None
@@ -562,7 +533,7 @@ class EdaStack:
             for alert in self.stuck_alerts_in_alertmanager():   # while it is active: its FiredAt
                 if alert["labels"].get("vllm_host") == host_of("hung"):
                     seen.setdefault(alert["labels"].get("engine"), alert)
-            return [e for e in self.standins.restarts() if e["argv"] == ["systemctl", "restart", service_of("hung")]]
+            return [e for e in self.standins.restart_entries() if e["argv"] == ["systemctl", "restart", service_of("hung")]]
 
         prom.wait_until(restarted, "the stand-in's restart of %s" % service_of("hung"), timeout=timeout, interval=0.2,
                         describe=lambda: "alerts: %s\nstand-ins: %s\nstates: %s\n%s" % (
@@ -586,7 +557,7 @@ class EdaStack:
         path.times["rulebook_action"] = actions[0] if actions else None
         reads = self.watchdog_requests("hung", since=path.times["hang"])
         path.times["first_check_read"] = reads[0]["time"] if reads else None
-        path.restarts = self.standins.restarts()
+        path.restarts = self.standins.restart_entries()
         path.recaps = self.rulebook.recaps()
         return path
 

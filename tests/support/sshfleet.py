@@ -85,6 +85,7 @@ import time
 from pathlib import Path
 
 from tests.simulator.client import SimulatorProcess
+from tests.support import servers as server_states
 
 SSHD_BIN = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"  # sshd's compiled-in privilege separation directory; must exist
@@ -95,9 +96,8 @@ VLLM_PORT = 8000
 LOOPBACK = "127.0.0.0/8"
 SSH_COMMON_ARGS = ("-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes "
                    "-o LogLevel=ERROR")
-# Simulated states set_state() knows; anything else: use fleet.sim with fleet.server_id(host).
-STATES = ("idle", "busy", "stuck", "down")
-LOAD = {"concurrency": 2, "max_tokens": 100_000_000, "prompt_tokens": 16}
+# Simulated states set_state() knows (tests/support/servers.py); anything else: use fleet.sim with fleet.server_id(host).
+STATES = server_states.STATES
 _CONTROL_PATH_MAX = 60  # characters of the control path dir: ssh's socket path limit is 107 in all
 
 CONNECTION_RE = re.compile(r"^Connection from (\S+) port (\d+) on (\S+) port (\d+)")
@@ -560,18 +560,9 @@ class SSHFleet(object):
 
     def set_state(self, host, state):
         """Put a fresh host's server in ``state``: ``idle`` (as created), ``busy`` (requests decoding),
-        ``stuck`` (requests in flight, engine hung) or ``down`` (process gone, port closed)."""
-        sid = self.server_id(host)
-        if state not in STATES:
-            raise ValueError("state %r: one of %s (or use fleet.sim directly)" % (state, ", ".join(STATES)))
-        if state == "down":
-            self.sim.set_state(sid, "stop")
-        elif state in ("busy", "stuck"):
-            self.sim.start_load(sid, **LOAD)
-            # decoding for real before a hang, so the frozen counters are the ones of a working engine
-            self.sim.wait_for(sid, lambda s: s["totals"]["running"] >= 1 and s["totals"]["generation_tokens"] > 0)
-            if state == "stuck":
-                self.sim.set_state(sid, "hang")
+        ``prefill`` (a long chunked prefill), ``stuck`` (requests in flight, engine hung) or ``down``
+        (process gone, port closed): tests/support/servers.py."""
+        server_states.put(self.sim, self.server_id(host), state)
 
     def set_states(self, states):
         """``{host: state}`` for :meth:`set_state`; hosts not named stay as they are."""
