@@ -102,6 +102,7 @@ integration: $(STAMP) collection-link
 	scripts/ensure-prometheus.sh
 	scripts/ensure-eda.sh
 	scripts/ensure-sshd.sh
+	scripts/ensure-tools.sh
 	scripts/pytest-tier.sh integration tests/integration
 
 sanity: $(STAMP)
@@ -131,6 +132,7 @@ TRY_DIR ?= .cache/try
 
 try: $(STAMP) collection-link
 	@scripts/ensure-nginx.sh >/dev/null || echo "try: nginx could not be installed: the sandbox has no proxy"
+	@scripts/ensure-tools.sh jq >/dev/null || echo "try: jq could not be installed: docs/schedule.md's history commands need it"
 	@$(BIN)/python scripts/try.py start --dir $(TRY_DIR) $(TRY_ARGS)
 
 try-stop:

