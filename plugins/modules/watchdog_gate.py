@@ -417,6 +417,17 @@ def _process_start(verdict):
     return None
 
 
+def _parsed(lines):
+    """JSON lines as objects (a line that is not JSON is kept as its text)."""
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            out.append(line)
+    return out
+
+
 def _failed_restart(text):
     if text is None:
         return None
@@ -549,7 +560,7 @@ class Gate(object):
             'restart_method': item['restart_method'], 'verdict': verdict, 'service': out['service'],
             'decision': dict((k, v) for k, v in out.items() if k not in ('verdict', 'history')),
             'history': out.get('history'),
-            'recent_verdicts': statedir.tail_lines(paths['verdicts'], 20),
+            'recent_verdicts': _parsed(statedir.tail_lines(paths['verdicts'], 20)),
             'logs': logs,
         }
         try:
