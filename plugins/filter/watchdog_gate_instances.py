@@ -49,7 +49,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.module_utils._http import display_url
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 
 KEYS = ('name', 'kind', 'restart_method', 'service', 'compose_project_dir', 'status_command', 'logs_command')
 

@@ -29,6 +29,12 @@ options:
     description: Keep only these keys.
     type: list
     elements: str
+  settings:
+    description:
+      - The role's check and guard-rail settings (C(interval), C(probe_timeout), C(metrics_timeout), C(startup_grace),
+        C(cooldown), C(max_restarts), C(restart_window), C(unknown_limit), C(ready_timeout), C(ready_delay)). When
+        given, they and every instance are checked (the role's preflight), and an error names what is wrong.
+    type: dict
 '''
 
 EXAMPLES = r'''
@@ -47,7 +53,53 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 
-def watchdog_instances(instances, base, keys=None):
+# setting: (smallest, largest, whether the smallest itself is allowed)
+LIMITS = {
+    'interval': (0, 3600, False), 'probe_timeout': (0, 3600, False), 'metrics_timeout': (0, 600, False),
+    'startup_grace': (0, 7 * 86400, True), 'cooldown': (0, 7 * 86400, True), 'max_restarts': (0, 1000, True),
+    'restart_window': (0, 366 * 86400, False), 'unknown_limit': (1, 100000, True),
+    'ready_timeout': (0, 86400, False), 'ready_delay': (0, 3600, False),
+}
+METHODS = ('systemd', 'docker', 'compose', 'command')
+
+
+def _number(value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and number not in (float('inf'), float('-inf')) else None
+
+
+def invalid(settings, instances):
+    """What is wrong with the settings and the merged instances, as messages."""
+    errors = []
+    for key, (low, high, closed) in sorted(LIMITS.items()):
+        if key not in settings:
+            continue
+        number = _number(settings[key])
+        if number is None or number > high or number < low or (number == low and not closed):
+            errors.append('vllm_watchdog_%s must be a number %s %s and at most %s, got %r'
+                          % (key, 'from' if closed else 'greater than', low, high, settings[key]))
+    for one in instances:
+        name = one.get('name')
+        method = one.get('restart_method')
+        if method not in METHODS:
+            errors.append('%s: restart_method must be one of %s, got %r' % (name, ', '.join(METHODS), method))
+        elif method == 'command' and not one.get('restart_command'):
+            errors.append('%s: restart_method command needs restart_command (an argv list)' % name)
+        elif method != 'command' and not one.get('service'):
+            errors.append('%s: restart_method %s needs a service' % (name, method))
+        if method == 'compose' and not one.get('compose_project_dir'):
+            errors.append('%s: restart_method compose needs compose_project_dir' % name)
+        if one.get('kind', 'backend') not in ('backend', 'proxy'):
+            errors.append('%s: kind must be backend or proxy, got %r' % (name, one.get('kind')))
+        if not str(one.get('url') or '').startswith(('http://', 'https://')):
+            errors.append('%s: url must be an http:// or https:// URL' % name)
+    return errors
+
+
+def watchdog_instances(instances, base, keys=None, settings=None):
     if not isinstance(instances, (list, tuple)) or not isinstance(base, dict):
         raise AnsibleFilterError('watchdog_instances expects a list of dicts and a dict of settings')
     merged = []
@@ -62,6 +114,11 @@ def watchdog_instances(instances, base, keys=None):
     names = [m.get('name') for m in merged]
     if 'name' in (keys or ['name']) and len(set(names)) != len(names):
         raise AnsibleFilterError('instance names must be unique on a host: %s' % ', '.join(str(n) for n in names))
+    if settings is not None:
+        errors = invalid(settings, merged)
+        if errors:
+            raise AnsibleFilterError('modelops.vllm.watchdog: invalid settings (see ansible-doc -t role '
+                                     'modelops.vllm.watchdog): %s' % '; '.join(errors))
     return merged
 
 

@@ -24,26 +24,29 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import ipaddress
+import importlib.util
 import json
 import threading
 import time
-import traceback
 
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin
 
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import (  # noqa: F401  pylint: disable=unused-import
+    DEFAULT_MAX_BYTES,
+    display_url,
+    is_loopback,
+    origin,
+    url_secrets,
+    validate_api_key,
+    validate_url,
+)
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CheckError, Fetched
 
-try:
-    import requests
-    from requests import exceptions as rexc
-    HAS_REQUESTS = True
-    REQUESTS_IMPORT_ERROR = None
-except ImportError:  # pragma: no cover - exercised through the module's missing_required_lib
-    HAS_REQUESTS = False
-    REQUESTS_IMPORT_ERROR = traceback.format_exc()
+# requests is imported where a request is made, not with this module: a check started in the
+# background (the task returns at once) and everything that only shows a URL do not pay for it.
+HAS_REQUESTS = importlib.util.find_spec('requests') is not None
+REQUESTS_IMPORT_ERROR = None if HAS_REQUESTS else 'ImportError: No module named requests'
 
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 # /version, /health, /v1/models and the probe's answer: a real one is a few KB.
 JSON_MAX_BYTES = 1024 * 1024
 MAX_REDIRECTS = 3
@@ -52,87 +55,9 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 _UNSENT = (UnicodeError, ValueError, TypeError, LookupError)
 
 
-def _origin(url):
-    parts = urlsplit(url)
-    port = parts.port or {'http': 80, 'https': 443}.get(parts.scheme)
-    return parts.scheme, (parts.hostname or '').lower(), port
-
-
-def _split(url):
-    """urlsplit, with what it raises (a bad IPv6 literal, a port out of range) as a CheckError."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # pylint: disable=pointless-statement  # raises on a port that is not a port
-        return parts
-    except ValueError as exc:
-        raise CheckError('url is not a valid URL (%s)' % exc)
-
-
-def display_url(url):
-    """The URL as it may be shown: a password in it replaced by ********."""
-    if not isinstance(url, str) or '@' not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return '<a URL that does not parse>'
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit('@', 1)[1]
-    return urlunsplit((parts.scheme, '%s:********@%s' % (parts.username or '', host), parts.path, parts.query,
-                       parts.fragment))
-
-
-def url_secrets(url):
-    """The password in a URL, as written and decoded (for redaction)."""
-    try:
-        password = urlsplit(url).password if isinstance(url, str) else None
-    except ValueError:
-        return []
-    return [password, unquote(password)] if password else []
-
-
-def validate_url(url):
-    """Raise CheckError unless url is an absolute http(s) base URL (the message never shows a password)."""
-    if not isinstance(url, str) or any(ord(char) < 33 or ord(char) == 127 for char in url):
-        raise CheckError('url must be an absolute http:// or https:// URL without spaces or control characters, '
-                         'got %r' % (display_url(url),))
-    parts = _split(url)
-    if parts.scheme not in ('http', 'https') or not parts.hostname:
-        raise CheckError('url must be an absolute http:// or https:// URL of the server, got %r' % (display_url(url),))
-    if parts.query or parts.fragment:
-        raise CheckError('url must be the base URL of the server, without a query or fragment: %r'
-                         % (display_url(url),))
-
-
-def validate_api_key(api_key):
-    """Raise CheckError unless the key can go in an HTTP header as sent (the message never shows it)."""
-    if not api_key:
-        return
-    if api_key != api_key.strip():
-        raise CheckError('api_key cannot be sent in an HTTP header: it begins or ends with whitespace (a trailing '
-                         'newline from a file or a vault?)')
-    for char in api_key:
-        code = ord(char)
-        if code < 32 or code == 127:
-            raise CheckError('api_key cannot be sent in an HTTP header: it has a control character')
-        if code > 255:
-            raise CheckError('api_key cannot be sent in an HTTP header: it has a character outside Latin-1')
-
-
-def is_loopback(url):
-    """Whether the URL's host is this machine (localhost, 127.0.0.0/8, ::1)."""
-    host = (_split(url).hostname or '').lower()
-    if host == 'localhost' or host.endswith('.localhost'):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _classify(exc):
     """Map a requests exception to a Fetched error kind and message."""
+    from requests import exceptions as rexc  # pylint: disable=import-outside-toplevel
     text = str(exc)
     if isinstance(exc, rexc.SSLError):
         return 'tls', text
@@ -176,6 +101,7 @@ class Client(object):
         self.probe_api = probe_api
         self.clock = clock
         self.ends = ends  # the check's overall deadline, on ``clock``; None for none
+        import requests  # pylint: disable=import-outside-toplevel
         self.session = requests.Session()
         # Environment proxies (and .netrc) only when asked for, and never for this machine.
         self.session.trust_env = bool(use_proxy) and not is_loopback(url)
@@ -253,6 +179,7 @@ class Client(object):
             outcome['fetched'] = Fetched(error='client', message='%s: %s' % (type(exc).__name__, exc))
 
     def _do(self, method, path, timeout, headers, auth, body, text_only, max_bytes, outcome):
+        from requests import exceptions as rexc  # pylint: disable=import-outside-toplevel
         url = urljoin(self.base, path)
         send_headers = dict(headers or {})
         if auth and self.api_key:
@@ -279,7 +206,7 @@ class Client(object):
                 if response.status_code in _REDIRECTS and response.headers.get('Location'):
                     try:
                         target = urljoin(url, response.headers['Location'])
-                        other = _origin(target) != _origin(url)
+                        other = origin(target) != origin(url)
                     except ValueError:
                         return Fetched(error='redirect', message='a redirect to a location that is not a URL')
                     if other:
@@ -293,6 +220,7 @@ class Client(object):
         return Fetched(error='redirect', message='more than %d redirects' % MAX_REDIRECTS)
 
     def _read_body(self, response, text_only, max_bytes):
+        from requests import exceptions as rexc  # pylint: disable=import-outside-toplevel
         status = response.status_code
         ctype = response.headers.get('Content-Type', '')
         if text_only and status == 200 and 'html' in ctype.lower():

@@ -2,13 +2,17 @@
 # Copyright (c) modelops.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The result of a background (``async``, ``poll: 0``) run of ``modelops.vllm.health``, read once it is done.
+"""A check in the background on a host, and its result read once it is done.
 
-Private to this collection. Ansible's async wrapper writes ``{"started": true, "finished": false}``
-to the job's results file, then replaces it with the module's own result. Reading that file from a
-module on the same host (``modelops.vllm.health`` with ``results_file``, ``modelops.vllm.watchdog_gate``)
-collects the verdicts in one module run, where ``async_status`` would poll (and print a
-``FAILED - RETRYING`` line per poll) and need another run to remove the file.
+Private to this collection. ``start_background`` runs a check in a detached process and returns at
+once; the process writes ``{"started": true, "finished": false}`` to a new results file, then
+replaces it with the result. That is the layout of Ansible's own async wrapper too, so
+``read_results`` reads either. The background start is a plain module run (Ansible's ``async``
+costs about one and a half: it sends the async wrapper too and waits for the job to report that it
+started), and reading the file from a module on the same host (``modelops.vllm.health`` with
+``results_file``, ``modelops.vllm.watchdog_gate``) collects the verdicts in one module run, where
+``async_status`` would poll (and print a ``FAILED - RETRYING`` line per poll) and need another run
+to remove the file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,11 +20,67 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
+import signal
+import tempfile
 import time
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 
 RESULTS_MAX = 64 * 1024 * 1024
+# Results files of checks whose result nobody collected (a host that stopped answering) are removed
+# by a later start after this many seconds.
+STALE = 3600
+
+
+def start_background(work, directory, limit):
+    """Run ``work()`` (returning a JSON-able dict) in a detached process; return the path of its results file.
+
+    The process has no terminal and no open pipes (the SSH session that started it ends at once), runs
+    for at most ``limit`` seconds (then the file says it failed), and writes the file atomically.
+    """
+    statedir.check_dir(directory)
+    _remove_stale(directory)
+    fd, path = tempfile.mkstemp(dir=directory, prefix='check-', suffix='.json')
+    with os.fdopen(fd, 'w') as handle:
+        handle.write(json.dumps({'started': True, 'finished': False}))
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)  # the first child leaves at once; the grandchild is nobody's child
+        return path
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for std in (0, 1, 2):
+            os.dup2(devnull, std)
+
+        def out_of_time(signum, frame):
+            raise RuntimeError('the background check ran for more than %d s' % limit)
+
+        signal.signal(signal.SIGALRM, out_of_time)
+        signal.alarm(max(1, int(limit)))
+        try:
+            result = work()
+        except BaseException as exc:  # pylint: disable=broad-except
+            result = {'failed': True, 'msg': 'the background check failed: %s: %s' % (type(exc).__name__, exc)}
+        signal.alarm(0)
+        statedir.write_text(path, json.dumps(result), mode=0o600)
+    finally:
+        os._exit(0)
+
+
+def _remove_stale(directory, now=None):
+    now = time.time() if now is None else now
+    for name in os.listdir(directory):
+        if name.startswith('check-') and name.endswith('.json'):
+            path = os.path.join(directory, name)
+            try:
+                if now - os.lstat(path).st_mtime > STALE:
+                    os.unlink(path)
+            except OSError:
+                pass
 
 
 def read_results(path, timeout, sleep=time.sleep, clock=time.monotonic):

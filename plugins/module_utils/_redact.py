@@ -20,6 +20,8 @@ import json
 
 from urllib.parse import quote, quote_plus
 
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import url_secrets
+
 MASK = '********'
 
 
@@ -33,6 +35,11 @@ def forms(secrets):
                     quote(secret, safe=''), quote_plus(secret), secret.strip()))
     out.discard('')
     return sorted(out, key=len, reverse=True)
+
+
+def secrets_of(spec):
+    """Every spelling of the secrets of one server's options: its api_key, a password in its url."""
+    return forms([spec.get('api_key')] + url_secrets(spec.get('url')))
 
 
 def redact(value, spellings):

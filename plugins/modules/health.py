@@ -97,6 +97,13 @@ options:
     description: With O(results_file), seconds to wait for the background check to finish.
     type: float
     default: 300
+  background_dir:
+    description:
+      - Start the check in a detached process on this host and return at once, with RV(results_file), a new file in
+        this directory (created C(0750) if missing; refused if group or others can write it). Collect the verdicts
+        later with O(results_file) (or M(modelops.vllm.watchdog_gate)'s O(modelops.vllm.watchdog_gate#module:results_file)).
+      - This is what C(async) with C(poll) V(0) does, at the cost of a plain module run. The process stops after the
+        check's overall deadline plus 60 seconds at most. Files nobody collected are removed after an hour.
   workers:
     description:
       - With O(servers), how many servers are checked at the same time (threads). Keep it at least the number
@@ -386,6 +393,11 @@ error:
   returned: when O(url) is given
   type: str
   sample: null
+results_file:
+  description: With O(background_dir), the file the background check writes its result to.
+  returned: when O(background_dir) is given
+  type: str
+  sample: /var/lib/vllm-watchdog/checks/check-3f9a1c.json
 servers:
   description:
     - With O(servers), one result per server, in the order given, each with the keys of a single check
@@ -414,19 +426,23 @@ ansible_facts:
       type: dict
 '''
 
+import importlib.util
 import math
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SERVER, check_many, check_one, secrets_of
-from ansible_collections.modelops.vllm.plugins.module_utils._http import (
-    DEFAULT_MAX_BYTES,
-    HAS_REQUESTS,
-    REQUESTS_IMPORT_ERROR,
-    display_url,
-)
-from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results
-from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact
+from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SERVER, check_many, check_one
+from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
+from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
+from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import DEFAULT_MAX_BYTES, display_url
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
+
+
+def requests_missing():
+    """The traceback of importing requests when it is missing, else None (imported only where a check runs)."""
+    from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR
+    return None if HAS_REQUESTS else REQUESTS_IMPORT_ERROR
 
 # (option, smallest, largest, smallest allowed itself): every number is finite and in range.
 LIMITS = (
@@ -494,9 +510,11 @@ def main():
             use_proxy=dict(type='bool', default=False),
             results_file=dict(type='path'),
             results_timeout=dict(type='float', default=300),
+            background_dir=dict(type='path'),
         ),
         required_one_of=[('url', 'servers', 'results_file')],
-        mutually_exclusive=[('url', 'servers', 'results_file')],
+        mutually_exclusive=[('url', 'servers', 'results_file'), ('url', 'background_dir'),
+                            ('results_file', 'background_dir')],
         supports_check_mode=True,
     )
     params = module.params
@@ -516,8 +534,14 @@ def main():
     def fail(msg, **kwargs):
         module.fail_json(msg=redact(msg, secrets), **redact(kwargs, secrets))
 
-    if not HAS_REQUESTS:
-        module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR)
+    if params['background_dir']:
+        # The check runs in the detached process: here only whether it will find requests.
+        if importlib.util.find_spec('requests') is None:
+            module.fail_json(msg=missing_required_lib('requests'))
+    else:
+        missing = requests_missing()
+        if missing:
+            module.fail_json(msg=missing_required_lib('requests'), exception=missing)
     errors = invalid_settings(params)
     if errors:
         fail('; '.join(errors))
@@ -532,16 +556,38 @@ def main():
     names = [spec.get('name') or display_url(spec['url']) for spec in specs]
     if len(set(names)) != len(names):
         fail('servers need unique names (or unique urls): %s' % ', '.join(names))
-    results = check_many(specs, workers=params['workers'])
+
+    def work():
+        return servers_result(check_many(specs, workers=params['workers']), secrets)
+
+    if params['background_dir']:
+        # The collection's own code must be loaded before the fork: Ansible removes the module's files as
+        # soon as this run returns (requests, installed on the host, is imported by the check itself).
+        from ansible_collections.modelops.vllm.plugins.module_utils import _http  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
+        limit = check_deadline(params['interval'], params['probe_timeout'], params['metrics_timeout']) + 60
+        try:
+            path = start_background(work, params['background_dir'], limit)
+        except (StateError, OSError) as exc:
+            fail('the background check cannot start: %s' % exc)
+        module.exit_json(changed=False, started=True, results_file=path)
+    result = work()
+    if result.get('failed'):
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+def servers_result(results, secrets):
+    """The module's result for ``servers``: every verdict, and a failure for the servers configured wrong."""
     by_name = dict((r['name'], r) for r in results)
     states = dict((r['name'], r['state']) for r in results)
+    out = dict(changed=False, servers=results, states=states, ansible_facts={'vllm_health_servers': by_name})
     errors = [r for r in results if r.get('error')]
     if errors:
         # Every server still has its verdict in servers; the task fails for the ones configured wrong.
-        fail('the check cannot run as configured for %s' % '; '.join(
-            '%s (%s)' % (r['name'], r['error']) for r in errors), servers=results, states=states)
-    module.exit_json(changed=False, servers=results, states=states,
-                     ansible_facts={'vllm_health_servers': by_name})
+        out.update(failed=True, msg=redact('the check cannot run as configured for %s' % '; '.join(
+            '%s (%s)' % (r['name'], r['error']) for r in errors), secrets))
+        del out['ansible_facts']
+    return out
 
 
 if __name__ == '__main__':

@@ -155,10 +155,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.modelops.vllm.plugins.module_utils._check import secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, Client
 from ansible_collections.modelops.vllm.plugins.module_utils._ready import start_time, wait_ready
-from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact
+from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     ServiceError,
     describe_failure,

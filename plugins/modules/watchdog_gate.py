@@ -209,6 +209,12 @@ options:
     description: Size at which the verdict history C(<name>.verdicts.jsonl) is rotated (two older files are kept).
     type: int
     default: 1048576
+  host:
+    description:
+      - The inventory name of the host. With it, the gate also returns the host's fact C(vllm_watchdog_results), one
+        result per instance in the form the P(modelops.vllm.watchdog#role) role documents, so a host where nothing
+        is restarted needs no other task.
+    type: str
   textfile:
     description:
       - A file for node_exporter's textfile collector (C(--collector.textfile.directory)), for example
@@ -305,6 +311,10 @@ instances:
     waited_for_lock:
       description: Seconds spent waiting for another run's lock.
       type: float
+ansible_facts:
+  description: With O(host), the fact C(vllm_watchdog_results).
+  returned: with O(host) and O(instances)
+  type: dict
 textfile_error:
   description: Why O(textfile) could not be written (null when it was, or was not asked for).
   returned: with O(instances)
@@ -366,6 +376,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
+from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     DEFAULTS,
     FAIL,
@@ -646,6 +657,7 @@ def main():
             log_lines=dict(type='int', default=200),
             history_max_bytes=dict(type='int', default=1024 * 1024),
             textfile=dict(type='path'),
+            host=dict(type='str'),
         ),
         mutually_exclusive=[('instances', 'name'), ('record_failure', 'name'), ('record_failure', 'instances')],
         required_one_of=[('instances', 'name', 'record_failure')],
@@ -706,7 +718,11 @@ def main():
             statedir.write_text(p['textfile'], textfile_metrics(results, time.time()), mode=0o644)
         except (statedir.StateError, OSError) as exc:
             textfile_error = 'the textfile %s could not be written: %s' % (p['textfile'], exc)
-    module.exit_json(changed=False, instances=results, textfile_error=textfile_error)
+    facts = {}
+    if p['host']:
+        facts['vllm_watchdog_results'] = watchdog_results({'instances': results}, p['host'], items,
+                                                          check_mode=module.check_mode)
+    module.exit_json(changed=False, instances=results, textfile_error=textfile_error, ansible_facts=facts)
 
 
 TEXTFILE_STATES = STATES + ['unreachable']

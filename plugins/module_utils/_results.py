@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The results of the watchdog role on one host, in the form of ``vllm_watchdog_results`` (the contract).
+
+Private to this collection. Used by ``modelops.vllm.watchdog_gate`` (which returns them as the host's
+fact, so that a healthy host needs no other task) and by the ``watchdog_results`` filter (after a
+restart, and for a host that did not answer).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
+
+# What the watchdog did, in words for the one-line report.
+WORDS = {
+    'none': 'no action',
+    'restarted': 'restarted',
+    'restart failed': 'restart FAILED',
+    'would restart (check mode)': 'would restart (check mode)',
+    'fail': 'NEEDS A HUMAN',
+    'unreachable': 'host UNREACHABLE, not restarted',
+}
+
+
+def _line(result):
+    after = ' -> now %s' % result['after'] if result.get('after') else ''
+    what = WORDS.get(result['action'], result['action'])
+    return '%s/%s: %s - watchdog: %s (%s)%s' % (result['host'], result['instance'], result['state'], what,
+                                                result['decision'], after)
+
+
+def _one(host, instance, **values):
+    result = {'host': host, 'instance': instance.get('name'), 'url': display_url(instance.get('url')),
+              'state': 'unknown', 'reason': '', 'action': 'none', 'decision': '', 'restarted': False, 'after': None,
+              'after_reason': None, 'failed': False, 'unreachable': False, 'evidence_file': None}
+    result.update(values)
+    result['line'] = ' '.join(_line(result).split())
+    return result
+
+
+def watchdog_results(gate, host, instances, done=None, check_mode=False, unreachable=''):
+    """One result per instance from the gate's result (or its failure, or an unreachable host) and the restarts' outcomes."""
+    if not isinstance(gate, dict) or not isinstance(instances, (list, tuple)):
+        raise ValueError('watchdog_results expects the gate result (a dict) and the instances (a list)')
+    done = done or {}
+    if unreachable or gate.get('unreachable'):
+        why = unreachable or str(gate.get('msg') or 'unreachable')
+        return [_one(host, i, state='unreachable', action='unreachable', failed=True, unreachable=True,
+                     reason='the host does not answer over SSH (%s)' % why[:300],
+                     decision='a host that answers nothing (a wedged GB10) is never counted healthy and never '
+                              'restarted by this role; look at it, or power-cycle it '
+                              '(vllm_watchdog_unreachable_command)') for i in instances]
+    decided = dict((d.get('name'), d) for d in gate.get('instances') or [] if isinstance(d, dict))
+    out = []
+    for instance in instances:
+        decision = decided.get(instance.get('name'))
+        if decision is None:
+            why = str(gate.get('msg') or 'the gate gave no decision for this instance')[:500]
+            out.append(_one(host, instance, action='fail', failed=True, decision='the watchdog could not decide: %s' % why))
+            continue
+        action = decision.get('action') or 'none'
+        outcome = done.get(instance.get('name')) or {}
+        values = {'state': decision.get('state') or 'unknown', 'reason': decision.get('reason') or '',
+                  'decision': decision.get('decision') or '', 'evidence_file': decision.get('evidence_file')}
+        if action == 'restart':
+            if check_mode:
+                values.update(action='would restart (check mode)')
+            elif outcome.get('error'):
+                values.update(action='restart failed', failed=True,
+                              decision='%s; the restart failed: %s' % (values['decision'], str(outcome['error'])[:400]))
+            else:
+                values.update(action='restarted', restarted=True, after=outcome.get('after'),
+                              after_reason=outcome.get('after_reason'))
+        else:
+            values.update(action=action, failed=action == 'fail')
+        out.append(_one(host, instance, **values))
+    return out
+
+
