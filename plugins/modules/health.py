@@ -99,8 +99,8 @@ options:
     default: 300
   background_dir:
     description:
-      - Start the check in a detached process on this host and return at once, with RV(results_file), a new file in
-        this directory (created C(0750) if missing; refused if group or others can write it). Collect the verdicts
+      - With O(servers), start the check in a detached process on this host and return at once, with
+        RV(results_file), a new file in this directory (created C(0750) if missing; refused if group or others can write it). Collect the verdicts
         later with O(results_file) (or M(modelops.vllm.watchdog_gate)'s O(modelops.vllm.watchdog_gate#module:results_file)).
       - This is what C(async) with C(poll) V(0) does, at the cost of a plain module run. The process stops after the
         check's overall deadline plus 60 seconds at most. Files nobody collected are removed after an hour.
