@@ -42,14 +42,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-for _path in (str(REPO), str(REPO / "tests")):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if str(REPO) not in sys.path:  # run as a script: the repository root, for tests.support
+    sys.path.insert(0, str(REPO))
 
 from tests.simulator.client import run_simulator  # noqa: E402  pylint: disable=wrong-import-position
 from tests.support import eda  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.ports import span  # noqa: E402  pylint: disable=wrong-import-position
 
-SIM_PORTS = "27500-27899"
+SIM_PORTS = span("eda-bench")
 OUT = REPO / "benchmarks" / "results" / "eda_latency.json"
 PARTS = ("hang_to_alert_fired_s", "alert_fired_to_webhook_s", "webhook_to_rulebook_action_s",
          "rulebook_action_to_first_check_read_s", "first_check_read_to_restart_command_s",

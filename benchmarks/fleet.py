@@ -42,21 +42,21 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-for _path in (str(REPO), str(REPO / "tests")):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if str(REPO) not in sys.path:  # run as a script: the repository root, for tests.support
+    sys.path.insert(0, str(REPO))
 
-import ansible_run  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from tests.support import ansible_run  # noqa: E402  pylint: disable=wrong-import-position,import-error
 from tests.support import servers as states  # noqa: E402  pylint: disable=wrong-import-position
 from tests.support.sshfleet import SSHFleet  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.ports import block, span  # noqa: E402  pylint: disable=wrong-import-position
 
 PLAYBOOK = REPO / "playbooks" / "fleet_check.yml"
 WATCHDOG_PLAYBOOK = REPO / "playbooks" / "watchdog.yml"
 CALLBACKS = REPO / "benchmarks" / "callback_plugins"
 APPROACHES = ("ping", "naive", "role", "role-ctrl", "controller")
-SSH_PORT = 25100
+SSH_PORT = block("fleet-bench-sshd")[0]
 FIRST_ADDRESS = "127.0.30.2"
-SIM_PORTS = "25600-25699"
+SIM_PORTS = span("fleet-bench")
 
 # What each simulated state must be judged.
 EXPECTED = {"busy": "busy", "prefill": "busy", "idle": "idle", "hung": "stuck", "down": "down"}

@@ -23,11 +23,11 @@ import timeit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, 'tests'))
-sys.path.insert(0, os.path.join(REPO, 'tests', 'harness'))
+if REPO not in sys.path:  # run as a script: the repository root, for tests.support
+    sys.path.insert(0, REPO)
 
-import modelops_paths  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_run import health as run_health  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support import paths as modelops_paths  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.ansible_run import health as run_health  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.modelops.vllm.plugins.module_utils._http import Client  # noqa: E402
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import parse  # noqa: E402
@@ -81,7 +81,7 @@ def chat_probe(url, timeout=45.0):
 
 
 def bench_real(checks=5, interval=1.0):
-    import vllm_server as harness
+    from tests.harness import vllm_server as harness
     harness.ensure_installed()
     harness.ensure_model(32768)
     out = {}

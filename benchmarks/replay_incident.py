@@ -45,10 +45,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, 'tests'))
+if REPO not in sys.path:  # run as a script: the repository root, for tests.support
+    sys.path.insert(0, REPO)
 
-import modelops_paths  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
-from simulator.client import SimulatorProcess  # noqa: E402  pylint: disable=wrong-import-position
+import tests.support.paths  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import  # the collection importable
+from tests.simulator.client import SimulatorProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (  # noqa: E402
     DEFAULTS as DECIDE_DEFAULTS, decide, empty_history)
@@ -651,7 +652,7 @@ def run_role(sim, args):
     ansible-playbook takes seconds, which would be hours of the compressed day): work in flight,
     the engine hung.  Then `ansible-playbook playbooks/watchdog.yml` with the role's defaults and
     the `command` restart method, whose command restarts the simulated server."""
-    import ansible_run  # tests/ansible_run.py
+    from tests.support import ansible_run
     info = sim.create(id='C', max_num_seqs=MAX_NUM_SEQS, step_rate=args.step_rate)
     sim.start_load(info['id'], concurrency=3, max_tokens=10 ** 6)
     sim.wait_for(info['id'], lambda s: s['engines'][0]['running'] == 3)

@@ -30,14 +30,14 @@ import socket  # noqa: E402
 import time  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'tests'))
-sys.path.insert(0, os.path.join(REPO, 'tests', 'harness'))
-sys.path.insert(0, REPO)
+if REPO not in sys.path:  # run as a script: the repository root, for tests.support
+    sys.path.insert(0, REPO)
 
-from ansible_run import health, run_playbook  # noqa: E402  pylint: disable=wrong-import-position
-import vllm_server as harness  # noqa: E402  pylint: disable=wrong-import-position
-from nginx import NginxProxy  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.ansible_run import health, run_playbook  # noqa: E402  pylint: disable=wrong-import-position
+from tests.harness import vllm_server as harness  # noqa: E402  pylint: disable=wrong-import-position
+from tests.harness.nginx import NginxProxy  # noqa: E402  pylint: disable=wrong-import-position
 from tests.simulator.client import run_simulator  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.ports import span  # noqa: E402  pylint: disable=wrong-import-position
 
 RESTARTER = r'''#!/usr/bin/env python3
 """Demo restart command: restart one simulated server through the simulator's control API."""
@@ -110,7 +110,7 @@ def part_two(server):
     restarter = os.path.join(workdir('watchdog'), 'restart.py')
     with open(restarter, 'w') as handle:
         handle.write(RESTARTER)
-    with run_simulator(port_range='19900-19999') as sim:
+    with run_simulator(port_range=span('demo')) as sim:
         idle = sim.create(step_rate=200)
         busy = sim.create(step_rate=8)
         stuck = sim.create(step_rate=8, process_age=7200)  # up for two hours: past the start-up grace

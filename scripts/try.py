@@ -39,13 +39,13 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _path in (REPO, os.path.join(REPO, 'tests', 'standins'), os.path.join(REPO, 'tests', 'harness')):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if REPO not in sys.path:  # run as a script: the repository root, for tests.support
+    sys.path.insert(0, REPO)
 
-import simctl  # noqa: E402  pylint: disable=wrong-import-position,import-error
-from nginx import NginxProxy, NginxError, nginx_binary  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from tests.standins import simctl  # noqa: E402  pylint: disable=wrong-import-position
+from tests.harness.nginx import NginxProxy, NginxError, nginx_binary  # noqa: E402  pylint: disable=wrong-import-position,import-error
 from tests.simulator.client import SimulatorClient, SimulatorError  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.ports import block  # noqa: E402  pylint: disable=wrong-import-position
 
 DEFAULT_DIR = os.path.join(REPO, '.cache', 'try')
 COLLECTIONS = os.path.join(REPO, '.cache', 'collections')  # `make collection-link`
@@ -53,7 +53,7 @@ STANDINS = os.path.join(REPO, 'tests', 'standins')
 SIM_SCRIPT = os.path.join(REPO, 'tests', 'simulator', 'sim.py')
 
 # The sandbox's loopback ports: 127.0.0.1:28000-28099, nothing else.
-PORT_RANGE = (28000, 28099)
+PORT_RANGE = block('try')
 CONTROL_PORT = 28000
 PROXY_PORT = 28010
 # name, port, what it shows, simulator options, load (None: none), hang after the load is in flight

@@ -1,3 +1,3 @@
-"""Every test can import the collection as ``ansible_collections.modelops.vllm`` (see modelops_paths)."""
+"""Every test can import the collection as ``ansible_collections.modelops.vllm`` (see tests/support/paths.py)."""
 
-import modelops_paths  # noqa: F401  pylint: disable=unused-import
+import tests.support.paths  # noqa: F401  pylint: disable=unused-import

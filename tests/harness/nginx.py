@@ -4,7 +4,7 @@ Importable from the test venv (standard library only). nginx runs in the foregro
 process group with its own prefix, configuration, pid file, error log and access log in a temp
 dir: no system configuration is read or touched (``nginx -p PREFIX -c CONF -e ERROR_LOG``).
 
-    from nginx import NginxProxy
+    from tests.harness.nginx import NginxProxy
 
     with NginxProxy(["127.0.0.1:22001", "127.0.0.1:22002"]) as proxy:
         requests.get(proxy.url + "/v1/models")
@@ -31,9 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
+from tests.support.ports import block
 
 # Loopback ports the proxies of these tests may use (the simulator takes 22000-22799).
-PORT_FIRST, PORT_LAST = 22800, 22999
+PORT_FIRST, PORT_LAST = block("nginx")
 
 LOG_FORMAT = (
     '{"time":"$time_iso8601","msec":"$msec","method":"$request_method","uri":"$request_uri",'

@@ -4,7 +4,7 @@ Importable from the *test* venv: standard library + ``requests`` only (no vllm, 
 The server itself runs in the cached vLLM venv that ``vllm_install.sh`` builds, serving the tiny
 model that ``make_model.py`` builds; :func:`ensure_installed` and :func:`ensure_model` run both.
 
-    from vllm_server import VllmServer, ensure_installed, ensure_model, long_prompt
+    from tests.harness.vllm_server import VllmServer, ensure_installed, ensure_model, long_prompt
 
     ensure_installed()
     with VllmServer(18100, model_dir=ensure_model(32768)) as srv:
@@ -38,10 +38,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import requests
 
-try:  # imported as tests/harness on sys.path (conftest) or as a package
-    import _corpus
-except ImportError:  # pragma: no cover
-    from . import _corpus  # type: ignore[no-redef]
+from tests.harness import _corpus
 
 HARNESS_DIR = Path(__file__).resolve().parent
 INSTALL_SCRIPT = HARNESS_DIR / "vllm_install.sh"

@@ -16,20 +16,16 @@ Mark tests that use them with ``@pytest.mark.vllm`` (registered here).
 from __future__ import annotations
 
 import socket
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-HARNESS_DIR = Path(__file__).resolve().parents[1] / "harness"
-if str(HARNESS_DIR) not in sys.path:
-    sys.path.insert(0, str(HARNESS_DIR))
+from tests.harness import vllm_server as harness
+from tests.support.ports import block
 
-import vllm_server as harness  # noqa: E402  pylint: disable=wrong-import-position
-
-PORT_FIRST, PORT_LAST = 18100, 18199
+PORT_FIRST, PORT_LAST = block("real-vllm")
 MAX_LIVE_SERVERS = 2
 VLLM_TEST_TIMEOUT = 1800  # per test, for pytest-timeout: first install + a server start or two
 

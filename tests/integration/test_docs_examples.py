@@ -17,10 +17,11 @@ import sys
 
 import yaml
 
-from ansible_run import _bin, env
-from modelops_paths import REPO
+from tests.support.ansible_run import _bin, env
+from tests.support.paths import REPO
+from tests.support.ports import span
 
-PORT_RANGE = '19700-19799'  # the simulator of this module (the `sim` fixture of conftest.py)
+PORT_RANGE = span('docs-examples')  # the simulator of this module (the `sim` fixture of conftest.py)
 EXAMPLE = re.compile(r'<!-- example: ([\w-]+) -->\s*\n```\w*\n(.*?)\n```', re.S)
 
 

@@ -37,8 +37,9 @@ import yaml
 
 from tests.support import eda
 from tests.support import prometheus as prom
+from tests.support.ports import span
 
-PORT_RANGE = "27000-27499"
+PORT_RANGE = span("eda")
 DOCS = Path(eda.REPO) / "docs" / "prometheus.md"
 
 

@@ -23,9 +23,9 @@ import json
 import pytest
 
 from benchmarks.fleet import Fleet, check_fleet
-from nginx import nginx_proxies  # noqa: F401  pylint: disable=import-error,unused-import
+from tests.harness.nginx import nginx_proxies  # noqa: F401  pylint: disable=import-error,unused-import
+from tests.support.ports import block
 
-PORT_RANGE = '22200-22499'  # (unused by a simulator here: each fleet runs its own, below)
 FLEET_SIZE = 100
 # The role's path is measured at 100 hosts in benchmarks/fleet.py; here 20 hosts prove it right (CI time).
 ROLE_FLEET_SIZE = 20
@@ -36,8 +36,9 @@ pytestmark = pytest.mark.timeout(1200)
 
 def ssh_fleet(size, index, **kwargs):
     """A fleet of this module: its own sshd port, address block and simulator ports."""
-    return Fleet(size, ssh_port=25110 + index, first_address='127.0.%d.2' % (31 + index),
-                 sim_port_range='%d-%d' % (22200 + 100 * index, 22299 + 100 * index), **kwargs)
+    first = block('fleet')[0] + 100 * index
+    return Fleet(size, ssh_port=block('fleet-sshd')[0] + index, first_address='127.0.%d.2' % (31 + index),
+                 sim_port_range='%d-%d' % (first, first + 99), **kwargs)
 
 
 @pytest.fixture(scope='module')

@@ -29,20 +29,15 @@ Memory (module RSS), the gate and the role are in ``test_hostile_memory.py``,
 import json
 import os
 import random
-import sys
 import tempfile
 import threading
 import time
 
 import pytest
 
-from ansible_run import health, run_playbook
-from modelops_paths import REPO
+from tests.support.ansible_run import health, run_playbook
 
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-
-from tests.support import hostile as h  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support import hostile as h
 
 # Small settings: every case that allows it runs with these.
 INTERVAL, PROBE_TIMEOUT, METRICS_TIMEOUT = 0.5, 2.0, 2.0

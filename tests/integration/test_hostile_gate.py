@@ -22,18 +22,14 @@ The same through the role is in ``test_hostile_role.py`` (a damaged history ther
 import json
 import os
 import stat
-import sys
 import threading
 import time
 
 import pytest
 
-from modelops_paths import COLLECTIONS, REPO
+from tests.support.paths import COLLECTIONS
 
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-
-from tests.support import hostile as h  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support import hostile as h
 
 GATE_TIMEOUT = 20.0  # a gate that has not ended by then hangs (it ends in well under a second)
 HOUR = 3600.0

@@ -13,17 +13,13 @@ The peak RSS of that process comes from ``os.wait4``. For every input:
 
 import json
 import os
-import sys
 import threading
 
 import pytest
 
-from modelops_paths import COLLECTIONS, REPO
+from tests.support.paths import COLLECTIONS
 
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-
-from tests.support import hostile as h  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support import hostile as h
 
 INTERVAL, PROBE_TIMEOUT, METRICS_TIMEOUT = 0.5, 2.0, 2.0
 DEADLINE = 2 * INTERVAL + 2 * PROBE_TIMEOUT + 8 * METRICS_TIMEOUT

@@ -25,13 +25,9 @@ import time
 import pytest
 import yaml
 
-from ansible_run import run_playbook
-from modelops_paths import REPO
+from tests.support.ansible_run import run_playbook
 
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-
-from tests.support import hostile as h  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support import hostile as h
 
 FAST = {
     'vllm_watchdog_interval': 0.5,

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 import yaml
 
-from modelops_paths import REPO
+from tests.support.paths import REPO
 
 EXAMPLE = re.compile(r'<!-- example: ([\w-]+) -->\s*\n```[\w-]*\n(.*?)\n```', re.S)
 VENV_BIN = os.path.join(REPO, '.venv', 'bin')

@@ -29,8 +29,9 @@ from pathlib import Path
 import pytest
 
 from tests.support import prometheus as prom
+from tests.support.ports import span
 
-PORT_RANGE = "26000-26499"
+PORT_RANGE = span("prometheus")
 
 # The end-to-end settings: stuck after 10 s without progress, each evaluation looking back 4 s
 # (4 scrapes at 1 s), so the alert is pending for 6 s; a restart stays visible for 2 minutes; a

@@ -10,20 +10,15 @@ Backends are simulated vLLM servers (tests/simulator, loopback 22000-22199), plu
 
 import collections
 import re
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from tests.support.ansible_run import health
+from tests.harness.nginx import nginx_proxies  # noqa: E402,F401  pylint: disable=wrong-import-position,import-error,unused-import
+from tests.support.ports import span
 
-from ansible_run import health  # noqa: E402  pylint: disable=wrong-import-position,import-error
-from nginx import nginx_proxies  # noqa: E402,F401  pylint: disable=wrong-import-position,import-error,unused-import
-
-PORT_RANGE = '22000-22199'
+PORT_RANGE = span('proxy')
 LOAD = {'concurrency': 2, 'max_tokens': 100000000}
 LB_WORDS = 'looks like a load balancer'
 

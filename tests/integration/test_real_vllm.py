@@ -22,8 +22,8 @@ import time
 import pytest
 import requests
 
-from vllm_server import long_prompt  # tests/harness, put on sys.path by conftest.py
-from ansible_run import health  # tests/, runs ansible-playbook with this checkout
+from tests.harness.vllm_server import long_prompt
+from tests.support.ansible_run import health  # runs ansible-playbook with this checkout
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 

@@ -24,19 +24,17 @@ import time
 import pytest
 import yaml
 
-from ansible_run import _bin
-from ansible_run import env as ansible_env
-from ansible_run import health, run_playbook
-from modelops_paths import REPO
-
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+from tests.support.ansible_run import _bin
+from tests.support.ansible_run import env as ansible_env
+from tests.support.ansible_run import health, run_playbook
+from tests.support.paths import REPO
+from tests.support.ports import span
 
 
 STANDINS = os.path.join(REPO, 'tests', 'standins')
 DOC = os.path.join(REPO, 'docs', 'rollout.md')
 ROLE = os.path.join(REPO, 'roles', 'rollout')
-PORT_RANGE = '24000-24999'
+PORT_RANGE = span('rollout')
 BIN = os.path.dirname(sys.executable)
 MARKER = 'paused_by: modelops.vllm rollout'
 DROPIN_HEADER = '# Written by the modelops.vllm.rollout role.\n[Service]\n'

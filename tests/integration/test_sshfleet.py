@@ -25,11 +25,12 @@ import time
 
 import pytest
 
-import ansible_run
+from tests.support import ansible_run
 from tests.support import sshfleet
 from tests.support.sshfleet import SSHFleet, SSHFleetError
+from tests.support.ports import span
 
-PORT_RANGE = "25500-25999"  # the simulator control ports of this module
+PORT_RANGE = span("sshfleet")  # the simulator control ports of this module
 SSH_PORT = 25000
 SECOND_SSH_PORT = 25001
 FIRST_ADDRESS = "127.0.25.2"

@@ -35,7 +35,7 @@ import time
 
 import pytest
 
-from modelops_paths import REPO
+from tests.support.paths import REPO
 from tests.simulator.client import SimulatorClient
 
 pytestmark = pytest.mark.timeout(1800)

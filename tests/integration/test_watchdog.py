@@ -28,14 +28,15 @@ import time
 import pytest
 import yaml
 
-from ansible_run import env as ansible_env
-from ansible_run import health, run_playbook
-from modelops_paths import REPO
+from tests.support.ansible_run import env as ansible_env
+from tests.support.ansible_run import health, run_playbook
+from tests.support.paths import REPO
 from tests.support import servers
 from tests.support.standins import Standins
+from tests.support.ports import block, span
 
-PORT_RANGE = '21500-21899'
-CONTROL_PORTS = range(21900, 22000)
+PORT_RANGE = span('watchdog')
+CONTROL_PORTS = range(block('watchdog-control')[0], block('watchdog-control')[1] + 1)
 BIN = os.path.dirname(sys.executable)
 
 SHOW = ['systemctl', 'show', 'vllm', '--property=ActiveState', '--property=SubState',
@@ -112,13 +113,13 @@ def test_two_runs_at_once_restart_a_stuck_server_once(sim, tmp_path):
         vllm_watchdog_service='vllm', vllm_watchdog_interval=2))
 
     runs = [None, None]
-    async_dir = tmp_path / 'async'  # where the role's background check leaves its result (and removes it)
+    checks_dir = os.path.join(state_dir, 'checks')  # where the background checks leave their results
 
     def run(index):
         workdir = tmp_path / ('run%d' % index)
         workdir.mkdir()
         runs[index] = run_playbook(WATCHDOG_PLAY, inventory=inventory, workdir=str(workdir), timeout=300,
-                                   extra_env=dict(standins.env(), ANSIBLE_ASYNC_DIR=str(async_dir)))
+                                   extra_env=standins.env())
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     for thread in threads:
@@ -136,7 +137,7 @@ def test_two_runs_at_once_restart_a_stuck_server_once(sim, tmp_path):
     assert standins.restarts() == [['systemctl', 'restart', 'vllm']], standins.calls()
     assert len(history(state_dir)['restarts']) == 1
     assert len(glob.glob(os.path.join(state_dir, 'evidence', 'vllm-*.json'))) == 1
-    assert async_dir.is_dir() and os.listdir(str(async_dir)) == []  # no job result files pile up
+    assert os.path.isdir(checks_dir) and os.listdir(checks_dir) == []  # the gates removed both results
 
 
 # --------------------------------------------------------------------------- ansible-runner (AWX)

@@ -1,7 +1,7 @@
 """Run the collection through ``ansible-playbook``, exactly as users do, and read what it returned.
 
 Used by the integration tests and the benchmarks. The checkout is made importable as
-``ansible_collections.modelops.vllm`` by ``tests/conftest.py``'s ``collections_root()``.
+``ansible_collections.modelops.vllm`` by ``tests.support.paths.collections_root()``.
 """
 
 import json
@@ -11,11 +11,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-from modelops_paths import collections_root  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.paths import collections_root
 
 COLLECTIONS = collections_root()
 

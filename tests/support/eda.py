@@ -44,16 +44,14 @@ from tests.support import prometheus as prom
 from tests.support.standins import Standins
 
 REPO = prom.REPO
-if str(REPO / "tests") not in sys.path:  # ansible_run and modelops_paths, as pytest's pythonpath has them
-    sys.path.insert(0, str(REPO / "tests"))
-
-import ansible_run  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from tests.support import ansible_run
+from tests.support.ports import block
 
 RULEBOOK_FILE = REPO / "extensions" / "eda" / "rulebooks" / "vllm_stuck.yml"
 RULEBOOK = "modelops.vllm.vllm_stuck"          # the rulebook, by its name in the collection
 SOURCE_PLUGIN = REPO / "extensions" / "eda" / "plugins" / "event_source" / "alertmanager.py"
 ENSURE = "scripts/ensure-eda.sh"
-PORT_RANGE = (27900, 27999)
+PORT_RANGE = block("eda-services")
 STUCK = "VllmEngineStuck"
 
 # The rules rendered short, as in tests/integration/test_prometheus.py: stuck after 10 s without

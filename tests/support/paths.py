@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Real /metrics captures of a real vLLM 0.32.0 server (see its README), kept in the repository.
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'vllm-0.32-cpu')
 

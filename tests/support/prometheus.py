@@ -45,6 +45,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from tests.support.ports import block
+
 REPO = Path(__file__).resolve().parents[2]
 RULES_DIR = REPO / "extensions" / "prometheus"
 RULES = RULES_DIR / "vllm.rules.yml"
@@ -61,7 +63,7 @@ TOOLS = {
     "node_exporter": ("prometheus-node-exporter", "/usr/bin/prometheus-node-exporter"),
 }
 
-PORT_RANGE = (26900, 26999)
+PORT_RANGE = block("prometheus-services")
 _HANDED_OUT = set()
 _PORT_LOCK = threading.Lock()
 

@@ -7,7 +7,7 @@ import os
 import pytest
 import yaml
 
-from modelops_paths import REPO
+from tests.support.paths import REPO
 
 PLUGINS = sorted(glob.glob(os.path.join(REPO, 'plugins', '*', '*.py')) +
                  glob.glob(os.path.join(REPO, 'extensions', 'eda', 'plugins', '*', '*.py')))

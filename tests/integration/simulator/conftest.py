@@ -4,19 +4,10 @@ Ports: the simulator allocates its control port and every server port from
 19000-19999 (loopback only), skipping ports that are taken.
 """
 
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
-for _path in (str(REPO), str(HERE)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from tests.simulator.client import SimulatorProcess  # noqa: E402  pylint: disable=wrong-import-position
-from simhelpers import FIXTURES, PORT_RANGE  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from tests.simulator.client import SimulatorProcess
+from simhelpers import FIXTURES, PORT_RANGE  # pylint: disable=import-error
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,12 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.ports import span
+
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures" / "vllm-0.32-cpu"   # real captures, kept in the repository
-PORT_RANGE = "19000-19999"   # loopback ports these tests may use
+PORT_RANGE = span("simulator-tests")   # loopback ports these tests may use
 
 
 def families(text):

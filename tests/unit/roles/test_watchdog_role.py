@@ -8,7 +8,7 @@ import yaml
 
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
 
-from modelops_paths import REPO
+from tests.support.paths import REPO
 
 ROLE = os.path.join(REPO, 'roles', 'watchdog')
 

@@ -5,7 +5,7 @@ import os
 
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Fetched
 
-from modelops_paths import FIXTURES
+from tests.support.paths import FIXTURES
 
 
 def capture(name):

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError, parse
 
-from modelops_paths import FIXTURES
+from tests.support.paths import FIXTURES
 
 CAPTURES = sorted(glob.glob(os.path.join(FIXTURES, '*.prom')))
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from modelops_paths import COLLECTIONS, REPO
+from tests.support.paths import COLLECTIONS, REPO
 
 MODULE = os.path.join(REPO, 'plugins', 'modules', 'watchdog_gate.py')
 RUNNING_LONG = {'running': True, 'started_at': time.time() - 7200, 'status': 'active/running'}
