@@ -50,6 +50,8 @@ _value:
   elements: dict
 '''
 
+import math
+
 from ansible.errors import AnsibleFilterError
 
 
@@ -68,7 +70,7 @@ def _number(value):
         number = float(value)
     except (TypeError, ValueError):
         return None
-    return number if number == number and number not in (float('inf'), float('-inf')) else None
+    return number if math.isfinite(number) else None
 
 
 def invalid(settings, instances):

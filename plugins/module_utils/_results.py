@@ -79,5 +79,3 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
             values.update(action=action, failed=action == 'fail')
         out.append(_one(host, instance, **values))
     return out
-
-

@@ -98,6 +98,7 @@ options:
     type: float
     default: 300
   background_dir:
+    type: path
     description:
       - With O(servers), start the check in a detached process on this host and return at once, with
         RV(results_file), a new file in this directory (created C(0750) if missing; refused if group or others can write it). Collect the verdicts
@@ -443,6 +444,7 @@ def requests_missing():
     """The traceback of importing requests when it is missing, else None (imported only where a check runs)."""
     from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR
     return None if HAS_REQUESTS else REQUESTS_IMPORT_ERROR
+
 
 # (option, smallest, largest, smallest allowed itself): every number is finite and in range.
 LIMITS = (
