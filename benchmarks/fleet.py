@@ -25,7 +25,8 @@ of the ansible-playbook process tree on the controller.
     .venv/bin/python benchmarks/fleet.py --sizes 10 --approaches ping,role
 
 Writes benchmarks/results/fleet.json and benchmarks/results/fleet.md (``--out DIR`` to change).
-sshd on port 25100, host addresses from 127.0.30.2, the simulator on 25600-25699 (options to change).
+sshd on port 25100, host addresses from 127.0.30.2, the simulator on 25400-25499 (tests/support/ports.py;
+options to change).
 The :class:`Fleet` here also serves tests/integration/test_fleet.py.
 """
 
