@@ -187,6 +187,19 @@ def test_token_required_and_never_passed_on(plugin):
         assert token not in json.dumps(event)
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.7", "eda.example.com", "127.0.0.1.example.com",
+                                  "128.0.0.1"])
+def test_a_webhook_open_to_the_network_needs_a_token(plugin, host):
+    with pytest.raises(ValueError, match="no token is set"):
+        plugin["settings_from"]({"host": host})
+    assert plugin["settings_from"]({"host": host, "token": "t"})["token"] == "t"
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "127.3.2.1", "::1", "[::1]", "LOCALHOST", None])
+def test_a_webhook_on_loopback_needs_no_token(plugin, host):
+    assert plugin["settings_from"]({"host": host})["token"] is None
+
+
 @pytest.mark.parametrize("value, host", [
     ("gb10-01:8000", "gb10-01"), ("gb10-01", "gb10-01"), ("10.0.0.7:8000", "10.0.0.7"),
     ("[fd00::8]:8000", "fd00::8"), ("[fd00::8]", "fd00::8"), ("fd00::8", "fd00::8"), ("", None), (None, None),

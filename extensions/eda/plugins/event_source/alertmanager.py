@@ -72,6 +72,11 @@ options:
     description:
       - When set, a POST must carry the header C(Authorization) with the value C(Bearer <token>)
         (Alertmanager's C(http_config.authorization.credentials)); the header is never put into an event.
+      - Required when O(host) is not a loopback address (C(localhost), C(127.0.0.0/8), C(::1)), since a webhook
+        that anyone on the network can post to would let anyone start watchdog runs. Unlike
+        C(ansible.eda.alertmanager), the source refuses to start without it.
+      - The webhook speaks plain HTTP; across machines, put a TLS proxy in front of it so the token does
+        not cross the network in clear.
     type: str
 """
 
@@ -79,6 +84,7 @@ EXAMPLES = r"""
 - modelops.vllm.alertmanager:
     host: 0.0.0.0
     port: 5000
+    token: "{{ vllm_eda_token }}"
     data_host_path: labels.vllm_host
     skip_original_data: true
 """
@@ -186,13 +192,28 @@ async def _receive(request: web.Request) -> web.Response:
     return web.Response(status=202, text="Received")
 
 
+def is_loopback(host: str) -> bool:
+    """Whether listening on ``host`` keeps the webhook on this machine."""
+    host = host.strip().strip("[]").lower()
+    if host in ("localhost", "::1") or host.endswith(".localhost"):
+        return True
+    parts = host.split(".")
+    return len(parts) == 4 and parts[0] == "127" and all(part.isdigit() and int(part) < 256 for part in parts)
+
+
 def settings_from(args: dict) -> dict:
-    """The plugin's settings from the rulebook's arguments (ansible-rulebook may pass every value as a string)."""
+    """The plugin's settings from the rulebook's arguments (ansible-rulebook may pass every value as a string);
+    ValueError for a webhook open to the network without a token."""
     skip = args.get("skip_original_data", False)
     if isinstance(skip, str):
         skip = skip.strip().lower() in ("1", "true", "yes", "on")
+    host = str(args.get("host") or "localhost")
+    if not args.get("token") and not is_loopback(host):
+        raise ValueError("alertmanager: host %s is reachable from other machines, and no token is set: anyone "
+                         "there could start watchdog runs. Set token (the bearer token of Alertmanager's "
+                         "webhook), or listen on localhost." % host)
     return {
-        "host": str(args.get("host") or "localhost"),
+        "host": host,
         "port": int(args.get("port") or 5000),
         "data_alerts_path": str(args.get("data_alerts_path", "alerts") or ""),
         "data_host_path": str(args.get("data_host_path", "labels.instance") or ""),
