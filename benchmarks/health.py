@@ -28,6 +28,7 @@ if REPO not in sys.path:  # run as a script: the repository root, for tests.supp
 
 from tests.support import paths as modelops_paths  # noqa: E402  pylint: disable=wrong-import-position
 from tests.support.ansible_run import health as run_health  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.ports import block  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.modelops.vllm.plugins.module_utils._http import Client  # noqa: E402
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import parse  # noqa: E402
@@ -85,7 +86,7 @@ def bench_real(checks=5, interval=1.0):
     harness.ensure_installed()
     harness.ensure_model(32768)
     out = {}
-    port = 18190
+    port = block('health-bench')[0]
     server = harness.VllmServer(port, extra_args=['--max-num-seqs', '2'])
     try:
         server.start()

@@ -497,7 +497,7 @@ class Collection(object):
         return rec, result
 
     def wait_ready(self):
-        """roles/watchdog/tasks/ready.yml: /health 200, then /v1/models, every ready_delay."""
+        """The restart module's ready wait (plugins/module_utils/_ready.py): /health 200, then /v1/models, every ready_delay."""
         deadline = self.clock.now() + float(self.d['ready_timeout'])
         timeout = self.clock.wall(self.d['metrics_timeout'])
         client = Client(self.server.url, metrics_timeout=timeout)

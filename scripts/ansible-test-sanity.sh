@@ -54,16 +54,21 @@ cp "${repo}/scripts/get_pip.py" "${get_pip_cache}"
 echo "sanity: pip ${pip_version} bootstrap script -> ${get_pip_cache}"
 
 # 2. shellcheck is optional for ansible-test (the test is skipped with a
-#    warning when it is missing).  Install it when we can (root + apt).
+#    warning when it is missing).  Install it when we can (root + apt); in CI
+#    a sanity run without it fails rather than skip a test quietly.
 if ! command -v shellcheck >/dev/null 2>&1; then
     if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
         echo "sanity: installing shellcheck (apt-get)"
-        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null; }; then
+        if ! { apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq shellcheck >/dev/null; }; then
             echo "sanity: WARNING: could not install shellcheck; ansible-test will skip the shellcheck test" >&2
         fi
     else
         echo "sanity: WARNING: shellcheck not installed; ansible-test will skip the shellcheck test" >&2
     fi
+fi
+if [[ -n "${CI:-}" ]] && ! command -v shellcheck >/dev/null 2>&1; then
+    echo "sanity: ERROR: shellcheck is missing in CI" >&2
+    exit 1
 fi
 
 # 3. Stage a real copy of the collection.

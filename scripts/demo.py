@@ -37,7 +37,7 @@ from tests.support.ansible_run import health, run_playbook  # noqa: E402  pylint
 from tests.harness import vllm_server as harness  # noqa: E402  pylint: disable=wrong-import-position
 from tests.harness.nginx import NginxProxy  # noqa: E402  pylint: disable=wrong-import-position
 from tests.simulator.client import run_simulator  # noqa: E402  pylint: disable=wrong-import-position
-from tests.support.ports import span  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.ports import block, span  # noqa: E402  pylint: disable=wrong-import-position
 
 RESTARTER = r'''#!/usr/bin/env python3
 """Demo restart command: restart one simulated server through the simulator's control API."""
@@ -182,7 +182,7 @@ def part_two(server):
     return restarts, str(stuck['id'])
 
 
-def free_port(first=18150, last=18199):
+def free_port(first=block('demo-vllm')[0], last=block('demo-vllm')[1]):
     for port in range(first, last + 1):
         with socket.socket() as sock:
             if sock.connect_ex(('127.0.0.1', port)) != 0:

@@ -46,9 +46,9 @@ fi
 cleanup() { if [[ ${made_policy} -eq 1 ]]; then ${SUDO} rm -f "${policy}"; fi; }
 trap cleanup EXIT
 echo "tools: installing Debian's ${missing[*]}"
-install() { DEBIAN_FRONTEND=noninteractive ${SUDO} apt-get install -y --no-install-recommends "$@" >/dev/null; }
+install() { DEBIAN_FRONTEND=noninteractive ${SUDO} apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "$@" >/dev/null; }
 if ! install "${missing[@]}" 2>/dev/null; then
-    ${SUDO} apt-get update -qq >/dev/null
+    ${SUDO} apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
     install "${missing[@]}"
 fi
 for tool in "${tools[@]}"; do

@@ -2,7 +2,7 @@
 # Run molecule scenarios, if the collection has any:
 #   molecule/<scenario>/molecule.yml              (classic layout)
 #   extensions/molecule/<scenario>/molecule.yml   (collection layout)
-# Otherwise say plainly that there is nothing to run.
+# None found is an error: the tier must test something.
 set -euo pipefail
 
 ran=0
@@ -16,5 +16,6 @@ for base in . extensions; do
 done
 
 if [[ ${ran} -eq 0 ]]; then
-    echo "molecule: NOTHING TO RUN -- no molecule/*/molecule.yml or extensions/molecule/*/molecule.yml scenarios yet (tier skipped, not failed)"
+    echo "molecule: ERROR -- no molecule/*/molecule.yml or extensions/molecule/*/molecule.yml scenarios" >&2
+    exit 1
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run one pytest tier.  pytest exits 5 when it collects nothing; instead of
-# letting that happen, say plainly that the tier has no tests and succeed.
-# If test files exist but pytest still collects nothing, that is an error.
+# Run one pytest tier.  A tier without test files, or whose files pytest
+# collects nothing from (exit 5), fails: a tier that quietly runs nothing
+# would pass CI without testing anything.
 #
 # usage: scripts/pytest-tier.sh NAME DIR [pytest args...]
 set -euo pipefail
@@ -11,8 +11,8 @@ dir="$2"
 shift 2
 
 if [[ ! -d "${dir}" ]] || [[ -z "$(find "${dir}" -type f \( -name 'test_*.py' -o -name '*_test.py' \) -print -quit)" ]]; then
-    echo "${name}: NOTHING TO RUN -- no test_*.py files under ${dir}/ yet (tier skipped, not failed)"
-    exit 0
+    echo "${name}: ERROR -- no test_*.py files under ${dir}/" >&2
+    exit 1
 fi
 
 rc=0

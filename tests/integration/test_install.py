@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -18,7 +19,7 @@ import yaml
 from tests.support.paths import REPO
 
 EXAMPLE = re.compile(r'<!-- example: ([\w-]+) -->\s*\n```[\w-]*\n(.*?)\n```', re.S)
-VENV_BIN = os.path.join(REPO, '.venv', 'bin')
+VENV_BIN = os.path.join(sys.prefix, 'bin')  # the venv the tests run in (make's VENV)
 
 
 def readme_examples():

@@ -31,6 +31,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -328,7 +329,7 @@ def controller_layout(tmp_path, sandbox):
     (home / 'ansible.cfg').write_text(examples('docs/schedule.md')['ansible-cfg'] + '\n')
     os.symlink(sandbox.path('inventory'), str(home / 'inventory'))
     os.symlink(os.path.join(REPO, '.cache', 'collections'), str(home / 'collections'))
-    os.symlink(os.path.join(REPO, '.venv'), str(home / 'venv'))
+    os.symlink(sys.prefix, str(home / 'venv'))  # the venv the tests run in (make's VENV)
     return {'/opt/vllm-watchdog': str(home), '/var/log/vllm-watchdog': str(tmp_path / 'log')}
 
 

@@ -6,6 +6,7 @@ Used by the integration tests and the benchmarks. The checkout is made importabl
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,8 +53,14 @@ class Run(object):
 
 def run_playbook(playbook_text, args=(), extra_env=None, timeout=900, inventory=None, workdir=None):
     """Write a playbook and run it. Files the playbook writes into ``{{ out_dir }}`` are returned
-    (parsed as JSON) in ``Run.outputs`` by name."""
-    workdir = workdir or tempfile.mkdtemp(prefix='modelops-vllm-play-')
+    (parsed as JSON) in ``Run.outputs`` by name. A work directory made here is removed afterwards."""
+    if workdir is None:
+        made = tempfile.mkdtemp(prefix='modelops-vllm-play-')
+        try:
+            return run_playbook(playbook_text, args=args, extra_env=extra_env, timeout=timeout,
+                                inventory=inventory, workdir=made)
+        finally:
+            shutil.rmtree(made, ignore_errors=True)
     out_dir = os.path.join(workdir, 'out')
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(workdir, 'play.yml')

@@ -1,15 +1,16 @@
 """Paths of the tests, and this checkout made importable as ``ansible_collections.modelops.vllm``.
 
 The repository root is the collection root. Tests import the collection's
-Python code and run ``ansible-playbook`` with it, so a directory outside the
-checkout gets ``ansible_collections/modelops/vllm`` as a link to the checkout,
-and both ``sys.path`` and ``ANSIBLE_COLLECTIONS_PATH`` point at it.
+Python code and run ``ansible-playbook`` with it, so ``.cache/collections`` in
+the checkout (the directory ``make collection-link`` makes) gets
+``ansible_collections/modelops/vllm`` as a link to the checkout, and both
+``sys.path`` and ``ANSIBLE_COLLECTIONS_PATH`` point at it. It stays inside the
+checkout: a fixed name in the shared temporary directory could be made by
+someone else first.
 """
 
-import hashlib
 import os
 import sys
-import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Real /metrics captures of a real vLLM 0.32.0 server (see its README), kept in the repository.
@@ -17,8 +18,7 @@ FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'vllm-0.32-cpu')
 
 
 def collections_root():
-    digest = hashlib.sha1(REPO.encode()).hexdigest()[:12]
-    root = os.path.join(tempfile.gettempdir(), 'modelops-vllm-collections-%s' % digest)
+    root = os.path.join(REPO, '.cache', 'collections')
     namespace = os.path.join(root, 'ansible_collections', 'modelops')
     link = os.path.join(namespace, 'vllm')
     os.makedirs(namespace, exist_ok=True)

@@ -1,7 +1,7 @@
 """Fixtures of the simulator's tests: one simulator process per test session.
 
 Ports: the simulator allocates its control port and every server port from
-19000-19999 (loopback only), skipping ports that are taken.
+19000-19599 (the simulator-tests block of tests/support/ports.py) (loopback only), skipping ports that are taken.
 """
 
 import pytest
