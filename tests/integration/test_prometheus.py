@@ -74,6 +74,28 @@ def test_promtool_unit_tests_of_the_rules_pass(versions):
     assert "SUCCESS" in proc.stdout and "FAILED" not in proc.stdout, _ok(proc)
 
 
+def test_amtool_routes_the_docs_alerts_to_the_watchdog_and_pages_only_on_the_stuck_alert(tmp_path, versions):
+    """The Alertmanager routes of docs/prometheus.md, as the real amtool routes them."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    from tests.support import alert_routes  # pylint: disable=import-outside-toplevel
+    routes = alert_routes.doc_routes()
+    assert len(routes) >= 2
+    for index, route in enumerate(routes):
+        path = tmp_path / ("alertmanager-%d.yml" % index)
+        path.write_text(yaml.safe_dump(alert_routes.config_with_receivers(route)))
+        check = prom.amtool("check-config", path)
+        assert check.returncode == 0, _ok(check)
+        for name in sorted(alert_routes.rulebook_alerts()):
+            labels = alert_routes.labels_of(name)
+            proc = prom.amtool("config", "routes", "test", "--config.file=%s" % path,
+                               *("%s=%s" % item for item in sorted(labels.items())))
+            assert proc.returncode == 0, _ok(proc)
+            receivers = set(proc.stdout.strip().split(","))
+            assert alert_routes.WATCHDOG in receivers, (index, name, proc.stdout)
+            others = receivers - {alert_routes.WATCHDOG, alert_routes.SILENT}
+            assert bool(others) == (labels["severity"] != "none"), (index, name, proc.stdout)
+
+
 def test_shipped_rules_are_the_template_rendered_with_defaults(tmp_path):
     rendered = prom.render_rules(tmp_path / "vllm.rules.yml")
     assert rendered.read_text() == prom.RULES.read_text(), (
