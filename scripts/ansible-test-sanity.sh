@@ -58,8 +58,9 @@ echo "sanity: pip ${pip_version} bootstrap script -> ${get_pip_cache}"
 #    a sanity run without it fails rather than skip a test quietly.
 if ! command -v shellcheck >/dev/null 2>&1; then
     if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        echo "sanity: installing shellcheck (apt-get)"
-        if ! { apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq shellcheck >/dev/null; }; then
+        # shellcheck source=scripts/lib/apt.sh
+        source "${repo}/scripts/lib/apt.sh"
+        if ! apt_install sanity shellcheck; then
             echo "sanity: WARNING: could not install shellcheck; ansible-test will skip the shellcheck test" >&2
         fi
     else

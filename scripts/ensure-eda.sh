@@ -28,24 +28,10 @@ java_major() {
 }
 
 if [[ $(java_major) -lt 17 ]]; then
-    if ! command -v apt-get >/dev/null 2>&1; then
-        echo "ERROR: Java 17+ is not installed and apt-get is not available; install a JRE 17 or newer by hand" >&2
-        exit 1
-    fi
-    SUDO=""
-    if [[ $(id -u) -ne 0 ]]; then
-        SUDO="sudo"
-    fi
-    install() {
-        DEBIAN_FRONTEND=noninteractive ${SUDO} apt-get -o DPkg::Lock::Timeout=600 install -y \
-            --no-install-recommends "$@" >/dev/null
-    }
-    echo "eda: installing Debian's ${PACKAGE} (ansible-rulebook needs Java 17+)"
-    if ! install "${PACKAGE}" 2>/dev/null; then
-        echo "eda: install failed; apt-get update first"
-        ${SUDO} apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
-        install "${PACKAGE}"
-    fi
+    echo "eda: ansible-rulebook needs Java 17+"
+    # shellcheck source=scripts/lib/apt.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+    apt_install eda "${PACKAGE}"
     # A JAVA_HOME that points at an older Java would still win; the packaged one is on PATH now.
     if [[ $(java_major) -lt 17 ]]; then
         echo "ERROR: ${PACKAGE} was installed but Java 17+ is still not the one found" \

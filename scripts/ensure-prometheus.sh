@@ -28,38 +28,11 @@ if [[ ! -x ${PROMTOOL} ]] && [[ ! " ${missing[*]} " == *" prometheus "* ]]; then
 fi
 
 if [[ ${#missing[@]} -gt 0 ]]; then
-    if ! command -v apt-get >/dev/null 2>&1; then
-        echo "ERROR: ${missing[*]} not installed and apt-get is not available; install them by hand" >&2
-        exit 1
-    fi
-    SUDO=""
-    if [[ $(id -u) -ne 0 ]]; then
-        SUDO="sudo"
-    fi
-
-    # Do not let the packages start their services (Prometheus would take :9090, Alertmanager
-    # :9093, node_exporter :9100). If a policy-rc.d is already there, it is left alone.
-    policy=/usr/sbin/policy-rc.d
-    made_policy=0
-    if [[ ! -e ${policy} ]]; then
-        printf '#!/bin/sh\nexit 101\n' | ${SUDO} tee "${policy}" >/dev/null
-        ${SUDO} chmod 0755 "${policy}"
-        made_policy=1
-    fi
-    cleanup() { if [[ ${made_policy} -eq 1 ]]; then ${SUDO} rm -f "${policy}"; fi; }
-    trap cleanup EXIT
-
-    install() {
-        DEBIAN_FRONTEND=noninteractive ${SUDO} apt-get -o DPkg::Lock::Timeout=600 install -y \
-            --no-install-recommends "$@" >/dev/null
-    }
-
-    echo "prometheus: installing Debian's ${missing[*]}"
-    if ! install "${missing[@]}" 2>/dev/null; then
-        echo "prometheus: install failed; apt-get update first"
-        ${SUDO} apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
-        install "${missing[@]}"
-    fi
+    # The packages never start their services (Prometheus would take :9090, Alertmanager :9093,
+    # node_exporter :9100): see lib/apt.sh.
+    # shellcheck source=scripts/lib/apt.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+    apt_install prometheus "${missing[@]}"
 
     # Stop a packaged daemon if something started it anyway (a machine with an init system).
     for name in prometheus prometheus-alertmanager prometheus-node-exporter; do

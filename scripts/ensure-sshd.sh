@@ -16,37 +16,10 @@ if have_all; then
     echo "sshd: $(/usr/sbin/sshd -V 2>&1 | head -n 1 || true) already installed"
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ERROR: openssh-server is not installed and apt-get is not available; install it by hand" >&2
-    exit 1
-fi
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then
-    SUDO="sudo"
-fi
-
-# Do not let the package start the system ssh service (it would take port 22).
-policy=/usr/sbin/policy-rc.d
-made_policy=0
-if [[ ! -e ${policy} ]]; then
-    printf '#!/bin/sh\nexit 101\n' | ${SUDO} tee "${policy}" >/dev/null
-    ${SUDO} chmod 0755 "${policy}"
-    made_policy=1
-fi
-cleanup() { if [[ ${made_policy} -eq 1 ]]; then ${SUDO} rm -f "${policy}"; fi; }
-trap cleanup EXIT
-
-install() {
-    DEBIAN_FRONTEND=noninteractive ${SUDO} apt-get -o DPkg::Lock::Timeout=600 install -y \
-        --no-install-recommends "$@" >/dev/null
-}
-
-echo "sshd: installing Debian's openssh-server and openssh-client"
-if ! install openssh-server openssh-client; then
-    echo "sshd: install failed; apt-get update first"
-    ${SUDO} apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
-    install openssh-server openssh-client
-fi
+# shellcheck source=scripts/lib/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+# The package never starts the system ssh service (it would take port 22): see lib/apt.sh.
+apt_install sshd openssh-server openssh-client
 # Stop the packaged service if something started it anyway (no systemd here, usually).
 if [[ -f /run/sshd.pid ]] && kill -0 "$(cat /run/sshd.pid)" 2>/dev/null; then
     ${SUDO} kill "$(cat /run/sshd.pid)" || true

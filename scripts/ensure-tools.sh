@@ -28,29 +28,9 @@ done
 if [[ ${#missing[@]} -eq 0 ]]; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ERROR: ${missing[*]} missing and apt-get is not available; install them by hand" >&2
-    exit 1
-fi
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then
-    SUDO="sudo"
-fi
-policy=/usr/sbin/policy-rc.d
-made_policy=0
-if [[ ! -e ${policy} ]]; then
-    printf '#!/bin/sh\nexit 101\n' | ${SUDO} tee "${policy}" >/dev/null
-    ${SUDO} chmod 0755 "${policy}"
-    made_policy=1
-fi
-cleanup() { if [[ ${made_policy} -eq 1 ]]; then ${SUDO} rm -f "${policy}"; fi; }
-trap cleanup EXIT
-echo "tools: installing Debian's ${missing[*]}"
-install() { DEBIAN_FRONTEND=noninteractive ${SUDO} apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "$@" >/dev/null; }
-if ! install "${missing[@]}" 2>/dev/null; then
-    ${SUDO} apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
-    install "${missing[@]}"
-fi
+# shellcheck source=scripts/lib/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+apt_install tools "${missing[@]}"
 for tool in "${tools[@]}"; do
     command -v "${tool}" >/dev/null 2>&1 || { echo "ERROR: ${tool} still missing" >&2; exit 1; }
 done
