@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
 
@@ -45,7 +44,7 @@ if REPO not in sys.path:  # run as a script: the repository root, for tests.supp
 from tests.standins import simctl  # noqa: E402  pylint: disable=wrong-import-position
 from tests.harness.nginx import NginxProxy, NginxError, nginx_binary  # noqa: E402  pylint: disable=wrong-import-position,import-error
 from tests.simulator.client import SimulatorClient, SimulatorError  # noqa: E402  pylint: disable=wrong-import-position
-from tests.support.ports import block  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.ports import bindable, block  # noqa: E402  pylint: disable=wrong-import-position
 
 DEFAULT_DIR = os.path.join(REPO, '.cache', 'try')
 COLLECTIONS = os.path.join(REPO, '.cache', 'collections')  # `make collection-link`
@@ -98,16 +97,6 @@ def paths(directory):
 
 def url(port):
     return 'http://127.0.0.1:%d' % port
-
-
-def _bindable(port):
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
-        try:
-            sock.bind(('127.0.0.1', port))
-        except OSError:
-            return False
-    return True
 
 
 def _read_json(path):
@@ -210,7 +199,7 @@ def start(args):
         return 0
     if os.path.exists(p['dir']) and stop_sandbox(p, quiet=True) != 0:  # an earlier one, incomplete or dead
         return 1
-    taken = [port for port in [CONTROL_PORT, PROXY_PORT] + [h[1] for h in HOSTS] if not _bindable(port)]
+    taken = [port for port in [CONTROL_PORT, PROXY_PORT] + [h[1] for h in HOSTS] if not bindable(port)]
     if taken:
         say('try: ERROR: 127.0.0.1 port(s) %s are in use; the sandbox needs 127.0.0.1:%d-%d '
             '(another sandbox? `make try-stop`, or `python scripts/try.py stop --dir DIR`)'

@@ -29,7 +29,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ import time
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.ports import bindable
 from tests.simulator.client import SimulatorClient
 
 pytestmark = pytest.mark.timeout(1800)
@@ -74,16 +74,6 @@ def make(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, 'make %s: %s\n%s' % (' '.join(args), proc.stdout[-3000:], proc.stderr[-3000:])
     return proc.stdout
-
-
-def bindable(port):
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
-        try:
-            sock.bind(('127.0.0.1', port))
-        except OSError:
-            return False
-    return True
 
 
 def processes_naming(text):

@@ -7,6 +7,8 @@ and that every molecule scenario's ``molecule_ports`` lies in the molecule block
 port for one raw socket server take an ephemeral one (port 0) instead.
 """
 
+import socket
+
 BLOCKS = {
     # name: (first, last), inclusive
     "real-vllm": (18100, 18149),            # tests/integration/conftest.py: real vLLM (CPU) servers
@@ -46,3 +48,14 @@ def span(name):
     """``"first-last"`` of a block, as a simulator's ``port_range``."""
     first, last = BLOCKS[name]
     return "%d-%d" % (first, last)
+
+
+def bindable(port, host="127.0.0.1"):
+    """Whether a server could listen on ``host:port`` now (a port in TIME_WAIT counts as free)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
