@@ -9,8 +9,9 @@ stand-ins' ``systemctl restart``. Each run hangs the hung server (two data-paral
 flight) and times every step from the simulator's, Alertmanager's, the rulebook's and the
 stand-ins' own records:
 
-  hang -> alert fired (Prometheus's FiredAt, as Alertmanager has it)
-       -> webhook (the source plugin's log line)
+  hang -> alert fired (Prometheus's FiredAt, as Alertmanager has it; the first of the hung server's
+          VllmWatchdogCheck and VllmEngineStuck, which fire together at these short settings)
+       -> webhook (the source plugin's log line for the first of them)
        -> rulebook action (ansible-rulebook's ``call_action run_playbook``)
        -> first read of the watchdog's check (the simulator's request log, the check's User-Agent)
        -> restart command (the stand-in's argv log)

@@ -53,6 +53,10 @@ SOURCE_PLUGIN = REPO / "extensions" / "eda" / "plugins" / "event_source" / "aler
 ENSURE = "scripts/ensure-eda.sh"
 PORT_RANGE = block("eda-services")
 STUCK = "VllmEngineStuck"
+# The alerts the rulebook acts on. With the rules rendered short (SHORT), VllmWatchdogCheck fires with
+# VllmEngineStuck, in its own notification: the rulebook's one action may answer either, whichever
+# arrives first, so the event path's times start from the first of both.
+TRIGGERS = ("VllmWatchdogCheck", STUCK)
 
 # The rules rendered short, as in tests/integration/test_prometheus.py: stuck after 10 s without
 # progress (each evaluation looks back 4 s), restarts visible 2 minutes, down after 5 s.
@@ -337,12 +341,13 @@ class BearerAlertmanager(prom.Alertmanager):
 # ------------------------------------------------------------------------------------- the stack
 
 class EventPath:
-    """What :meth:`EdaStack.hang_and_wait` saw: ``times`` (Unix times of each step), the stand-ins'
-    restarts, the recaps of the rulebook's playbook runs."""
+    """What :meth:`EdaStack.hang_and_wait` saw: ``times`` (Unix times of each step), the hung
+    server's firing trigger alerts (:data:`TRIGGERS`), the stand-ins' restarts, the recaps of the
+    rulebook's playbook runs."""
 
     def __init__(self):
         self.times = {}
-        self.stuck_alerts = []
+        self.trigger_alerts = []
         self.restarts = []
         self.recaps = []
 
@@ -502,8 +507,8 @@ class EdaStack:
         return [r for r in self.requests(name) if r["time"] >= since
                 and (r.get("headers") or {}).get("user-agent", "").startswith(WATCHDOG_UA)]
 
-    def stuck_alerts_in_alertmanager(self):
-        return [a for a in self.alertmanager.alerts() if a["labels"].get("alertname") == STUCK]
+    def trigger_alerts_in_alertmanager(self):
+        return [a for a in self.alertmanager.alerts() if a["labels"].get("alertname") in TRIGGERS]
 
     # -- the event path ----------------------------------------------------------------------------
     def hang_and_wait(self, others=True, timeout=180):
@@ -528,9 +533,9 @@ class EdaStack:
         seen = {}
 
         def restarted():
-            for alert in self.stuck_alerts_in_alertmanager():   # while it is active: its FiredAt
+            for alert in self.trigger_alerts_in_alertmanager():   # while it is active: its FiredAt
                 if alert["labels"].get("vllm_host") == host_of("hung"):
-                    seen.setdefault(alert["labels"].get("engine"), alert)
+                    seen.setdefault((alert["labels"]["alertname"], alert["labels"].get("engine")), alert)
             return [e for e in self.standins.restart_entries() if e["argv"] == ["systemctl", "restart", service_of("hung")]]
 
         prom.wait_until(restarted, "the stand-in's restart of %s" % service_of("hung"), timeout=timeout, interval=0.2,
@@ -545,11 +550,12 @@ class EdaStack:
                         "the stuck alerts resolved in Prometheus", timeout=60,
                         describe=lambda: json.dumps(self.prometheus.alerts())[:3000])
 
-        path.stuck_alerts = list(seen.values())
+        path.trigger_alerts = list(seen.values())
         fired = [prom_time(a["startsAt"]) for a in seen.values()]
         path.times["alert_fired"] = min(fired) if fired else None
+        firing = ["%s firing %s" % (name, self.instance("hung")) for name in TRIGGERS]
         received = [t for t, message in self.rulebook.received()
-                    if t >= path.times["hang"] - 1 and "%s firing %s" % (STUCK, self.instance("hung")) in message]
+                    if t >= path.times["hang"] - 1 and any(f in message for f in firing)]
         path.times["webhook"] = received[0] if received else None
         actions = [t for t in self.rulebook.actions() if t >= path.times["hang"] - 1]
         path.times["rulebook_action"] = actions[0] if actions else None
