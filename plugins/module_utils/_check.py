@@ -19,6 +19,7 @@ __metaclass__ = type
 import threading
 import time
 
+from ansible_collections.modelops.vllm.plugins.module_utils._http import Client
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
@@ -38,13 +39,10 @@ def summary_line(result):
     return '%s: %s - %s' % (result.get('name'), result.get('state'), result.get('reason'))
 
 
-def check_one(spec, sleep=time.sleep, clock=time.time, client_class=None, monotonic=time.monotonic):
+def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client, monotonic=time.monotonic):
     """Check one server. ``spec`` has the module's options. Returns the result
     dict; a configuration error (TLS, bad URL, a request that cannot be sent)
     is a result with ``error`` set."""
-    if client_class is None:
-        # Imported here: requests is needed only where a check really runs (not to start one in the background).
-        from ansible_collections.modelops.vllm.plugins.module_utils._http import Client as client_class
     checked_at = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
     deadline = check_deadline(spec['interval'], spec['probe_timeout'], spec['metrics_timeout'])
     try:

@@ -31,7 +31,7 @@ import time
 
 from urllib.parse import urljoin
 
-from ansible_collections.modelops.vllm.plugins.module_utils._urls import (  # noqa: F401  pylint: disable=unused-import
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import (
     DEFAULT_MAX_BYTES,
     display_url,
     is_loopback,

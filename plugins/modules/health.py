@@ -427,23 +427,17 @@ ansible_facts:
       type: dict
 '''
 
-import importlib.util
 import math
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SERVER, check_many, check_one
+from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import DEFAULT_MAX_BYTES, display_url
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
-
-
-def requests_missing():
-    """The traceback of importing requests when it is missing, else None (imported only where a check runs)."""
-    from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR
-    return None if HAS_REQUESTS else REQUESTS_IMPORT_ERROR
 
 
 # (option, smallest, largest, smallest allowed itself): every number is finite and in range.
@@ -536,14 +530,8 @@ def main():
     def fail(msg, **kwargs):
         module.fail_json(msg=redact(msg, secrets), **redact(kwargs, secrets))
 
-    if params['background_dir']:
-        # The check runs in the detached process: here only whether it will find requests.
-        if importlib.util.find_spec('requests') is None:
-            module.fail_json(msg=missing_required_lib('requests'))
-    else:
-        missing = requests_missing()
-        if missing:
-            module.fail_json(msg=missing_required_lib('requests'), exception=missing)
+    if not HAS_REQUESTS:  # also for a check in the background: the detached process imports it
+        module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR)
     errors = invalid_settings(params)
     if errors:
         fail('; '.join(errors))
@@ -563,9 +551,9 @@ def main():
         return servers_result(check_many(specs, workers=params['workers']), secrets)
 
     if params['background_dir']:
-        # The collection's own code must be loaded before the fork: Ansible removes the module's files as
-        # soon as this run returns (requests, installed on the host, is imported by the check itself).
-        from ansible_collections.modelops.vllm.plugins.module_utils import _http  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
+        # The collection's own code the check runs is loaded (the imports above) before the fork: Ansible
+        # removes the module's files as soon as this run returns. requests, installed on the host, is
+        # imported by the check itself.
         limit = check_deadline(params['interval'], params['probe_timeout'], params['metrics_timeout']) + 60
         try:
             path = start_background(work, params['background_dir'], limit)

@@ -11,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import trustme
 
-from ansible_collections.modelops.vllm.plugins.module_utils._http import Client, display_url, url_secrets, validate_url
+from ansible_collections.modelops.vllm.plugins.module_utils._http import Client
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url, url_secrets, validate_url
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CheckError, Judge
 
 from fakes import capture
