@@ -54,14 +54,13 @@ import math
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.modelops.vllm.plugins.module_utils import _decide
+from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
 
-# setting: (smallest, largest, whether the smallest itself is allowed)
-LIMITS = {
-    'interval': (0, 3600, False), 'probe_timeout': (0, 3600, False), 'metrics_timeout': (0, 600, False),
-    'startup_grace': (0, 7 * 86400, True), 'cooldown': (0, 7 * 86400, True), 'max_restarts': (0, 1000, True),
-    'restart_window': (0, 366 * 86400, False), 'unknown_limit': (1, 100000, True),
-    'ready_timeout': (0, 86400, False), 'ready_delay': (0, 3600, False),
-}
+# setting: (smallest, largest, whether the smallest itself is allowed), as the modules that use them check them
+LIMITS = dict(CHECK_LIMITS, **READY_LIMITS)
+LIMITS.update(_decide.LIMITS)
 METHODS = ('systemd', 'docker', 'compose', 'command')
 
 

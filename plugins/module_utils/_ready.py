@@ -22,6 +22,12 @@ from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import E
 from ansible_collections.modelops.vllm.plugins.module_utils._readings import ReadingError, read_text
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import model_ids
 
+# The wait until ready: (smallest, largest, whether the smallest itself is allowed), as in _verdict.CHECK_LIMITS.
+READY_LIMITS = {
+    'ready_timeout': (0, 86400, False),
+    'ready_delay': (0, 3600, False),
+}
+
 
 def start_time(client):
     """The server process's start time from /metrics, or None when it cannot be known."""

@@ -50,6 +50,14 @@ MAX_MESSAGE = 300
 MAX_IDS = 16
 MAX_NOTES = 20
 
+# The check's settings: (smallest, largest, whether the smallest itself is allowed). The health module,
+# the restart module (its wait until ready) and the watchdog role's preflight check them against these.
+CHECK_LIMITS = {
+    'interval': (0, 3600, False),
+    'probe_timeout': (0, 3600, False),
+    'metrics_timeout': (0, 600, False),
+}
+
 
 def check_deadline(interval, probe_timeout, metrics_timeout):
     """Seconds one check may take at most, from its settings: two waits, two probes and eight reads

@@ -437,23 +437,17 @@ from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_re
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import DEFAULT_MAX_BYTES, display_url
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS, check_deadline
 
 
-# (option, smallest, largest, smallest allowed itself): every number is finite and in range.
-LIMITS = (
-    ('interval', 0, 3600, False),
-    ('probe_timeout', 0, 3600, False),
-    ('metrics_timeout', 0, 600, False),
-    ('metrics_max_bytes', 1024, 64 * 1024 * 1024, True),
-    ('workers', 1, 4096, True),
-)
+# option: (smallest, largest, smallest allowed itself): every number is finite and in range.
+LIMITS = dict(CHECK_LIMITS, metrics_max_bytes=(1024, 64 * 1024 * 1024, True), workers=(1, 4096, True))
 
 
 def invalid_settings(params):
     """Messages for the numbers that are out of range (NaN and infinities included)."""
     errors = []
-    for option, low, high, closed in LIMITS:
+    for option, (low, high, closed) in LIMITS.items():
         value = params[option]
         if not math.isfinite(value) or value > high or value < low or (value == low and not closed):
             errors.append('%s must be %s %s and at most %s, got %s' % (

@@ -156,7 +156,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, Client
-from ansible_collections.modelops.vllm.plugins.module_utils._ready import start_time, wait_ready
+from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS, start_time, wait_ready
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     ServiceError,
@@ -165,7 +165,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     run_argv,
     run_commands,
 )
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CheckError
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS, CheckError
 
 
 def main():
@@ -196,11 +196,13 @@ def main():
     secrets = secrets_of({'api_key': p['api_key'], 'url': p['url']})
     module.no_log_values.update(secrets)
     waits = p['wait_ready'] or p['action'] == 'wait_ready'
-    for key, low, high in (('command_timeout', 0, 86400), ('ready_timeout', 0, 86400), ('ready_delay', 0, 3600),
-                           ('metrics_timeout', 0, 600)):
+    limits = [('command_timeout', (0, 86400, False))] + list(READY_LIMITS.items()) + [
+        ('metrics_timeout', CHECK_LIMITS['metrics_timeout'])]
+    for key, (low, high, closed) in limits:
         value = p[key]
-        if math.isnan(value) or not low < value <= high:
-            module.fail_json(msg='%s must be greater than %s and at most %s, got %s' % (key, low, high, value))
+        if math.isnan(value) or not low <= value <= high or (value == low and not closed):
+            module.fail_json(msg='%s must be %s %s and at most %s, got %s'
+                             % (key, 'at least' if closed else 'greater than', low, high, value))
     if waits and not p['url']:
         module.fail_json(msg='url is required to wait until the server is ready (or set wait_ready: false)')
 
