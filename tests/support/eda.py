@@ -40,12 +40,13 @@ from pathlib import Path
 
 import yaml
 
+from tests.support import ansible_run
 from tests.support import prometheus as prom
+from tests.support.alert_routes import rulebook_alerts
+from tests.support.ports import block
 from tests.support.standins import Standins
 
 REPO = prom.REPO
-from tests.support import ansible_run
-from tests.support.ports import block
 
 RULEBOOK_FILE = REPO / "extensions" / "eda" / "rulebooks" / "vllm_stuck.yml"
 RULEBOOK = "modelops.vllm.vllm_stuck"          # the rulebook, by its name in the collection
@@ -53,10 +54,10 @@ SOURCE_PLUGIN = REPO / "extensions" / "eda" / "plugins" / "event_source" / "aler
 ENSURE = "scripts/ensure-eda.sh"
 PORT_RANGE = block("eda-services")
 STUCK = "VllmEngineStuck"
-# The alerts the rulebook acts on. With the rules rendered short (SHORT), VllmWatchdogCheck fires with
-# VllmEngineStuck, in its own notification: the rulebook's one action may answer either, whichever
-# arrives first, so the event path's times start from the first of both.
-TRIGGERS = ("VllmWatchdogCheck", STUCK)
+# The alerts the rulebook acts on (VllmWatchdogCheck and VllmEngineStuck), read from the rulebook. With
+# the rules rendered short (SHORT) both fire together, each in its own notification: the rulebook's one
+# action may answer either, whichever arrives first, so the event path's times start from the first.
+TRIGGERS = tuple(sorted(rulebook_alerts()))
 
 # The rules rendered short, as in tests/integration/test_prometheus.py: stuck after 10 s without
 # progress (each evaluation looks back 4 s), restarts visible 2 minutes, down after 5 s.
@@ -341,13 +342,11 @@ class BearerAlertmanager(prom.Alertmanager):
 # ------------------------------------------------------------------------------------- the stack
 
 class EventPath:
-    """What :meth:`EdaStack.hang_and_wait` saw: ``times`` (Unix times of each step), the hung
-    server's firing trigger alerts (:data:`TRIGGERS`), the stand-ins' restarts, the recaps of the
-    rulebook's playbook runs."""
+    """What :meth:`EdaStack.hang_and_wait` saw: ``times`` (Unix times of each step), the stand-ins'
+    restarts, the recaps of the rulebook's playbook runs."""
 
     def __init__(self):
         self.times = {}
-        self.trigger_alerts = []
         self.restarts = []
         self.recaps = []
 
@@ -550,7 +549,6 @@ class EdaStack:
                         "the stuck alerts resolved in Prometheus", timeout=60,
                         describe=lambda: json.dumps(self.prometheus.alerts())[:3000])
 
-        path.trigger_alerts = list(seen.values())
         fired = [prom_time(a["startsAt"]) for a in seen.values()]
         path.times["alert_fired"] = min(fired) if fired else None
         firing = ["%s firing %s" % (name, self.instance("hung")) for name in TRIGGERS]

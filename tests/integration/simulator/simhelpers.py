@@ -5,11 +5,12 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import paths
 from tests.support.ports import span
 
 
-REPO = Path(__file__).resolve().parents[3]
-FIXTURES = REPO / "tests" / "fixtures" / "vllm-0.32-cpu"   # real captures, kept in the repository
+REPO = Path(paths.REPO)
+FIXTURES = Path(paths.FIXTURES)   # real captures, kept in the repository
 PORT_RANGE = span("simulator-tests")   # loopback ports these tests may use
 
 
