@@ -100,13 +100,9 @@ def _default_of(value):
     """A default as the role sees it with an empty inventory (``{{ vllm_check_interval | default(5) }}`` is 5)."""
     if isinstance(value, str) and '{{' in value:
         import jinja2
-        return yaml_number(jinja2.Environment().from_string(value).render())
+        import yaml
+        return yaml.safe_load(jinja2.Environment().from_string(value).render())
     return value
-
-
-def yaml_number(text):
-    import yaml
-    return yaml.safe_load(text)
 
 
 def hhmm(seconds):
