@@ -32,7 +32,8 @@ options:
   settings:
     description:
       - The role's check and guard-rail settings (C(interval), C(probe_timeout), C(metrics_timeout), C(startup_grace),
-        C(cooldown), C(max_restarts), C(restart_window), C(unknown_limit), C(ready_timeout), C(ready_delay)). When
+        C(cooldown), C(max_restarts), C(restart_window), C(unknown_limit), C(paused_limit), C(stall_window),
+        C(ready_timeout), C(ready_delay)). When
         given, they and every instance are checked (the role's preflight), and an error names what is wrong.
     type: dict
 '''
@@ -56,11 +57,13 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _decide
 from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
 
 # setting: (smallest, largest, whether the smallest itself is allowed), as the modules that use them check them
 LIMITS = dict(CHECK_LIMITS, **READY_LIMITS)
 LIMITS.update(_decide.LIMITS)
+LIMITS.update(stall_window=WINDOW_LIMITS)
 METHODS = ('systemd', 'docker', 'compose', 'command')
 
 

@@ -16,11 +16,17 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
+import json
+import os
+import re
 import threading
 import time
 
+from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._http import Client
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
+from ansible_collections.modelops.vllm.plugins.module_utils._stall import Window
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
     CheckError,
@@ -32,6 +38,89 @@ from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
 
 # The options that may differ per server; the others are shared.
 PER_SERVER = ('name', 'url', 'kind', 'api_key', 'model', 'probe_api')
+# Seconds a check waits for another check of the same server to let go of its progress memory.
+MEMORY_LOCK_TIMEOUT = 5.0
+
+
+def progress_file(state_dir, name):
+    """Where the progress memory of a server lives: ``<state_dir>/<name>.progress.json``, the name made
+    a plain file name (and told apart by a short hash when it had to be changed)."""
+    plain = re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:100].lstrip('.') or '_'
+    if plain != name:
+        plain += '-' + hashlib.sha1(name.encode('utf-8', 'replace')).hexdigest()[:10]
+    return os.path.join(state_dir, '%s.progress.json' % plain)
+
+
+def _boot_id():
+    try:
+        with open('/proc/sys/kernel/random/boot_id') as handle:
+            return handle.read(64).strip() or None
+    except (IOError, OSError):
+        return None
+
+
+class Memory(object):
+    """The progress memory of one server in ``state_dir``, for the window rule: read under a lock held
+    for the whole check (a second check of the same server meanwhile goes without the rule), written
+    back atomically, never in check mode. Every fault turns the rule off for this check, and the
+    evidence says why: it can only delay a finding, never make one."""
+
+    def __init__(self, spec, name, url):
+        self.fd = None
+        self.path = None
+        self.write = not spec.get('_check_mode')
+        self.url = url
+        window = float(spec.get('stall_window') or 0)
+        state_dir = spec.get('state_dir')
+        if window <= 0:
+            self.window = Window(None, 0, off='stall_window is 0')
+        elif not state_dir:
+            self.window = Window(None, window, off='no state_dir: the rule needs a memory across checks')
+        else:
+            self.window = self._open(state_dir, name, window)
+
+    def _open(self, state_dir, name, window):
+        try:
+            if not statedir.check_dir(state_dir, create=self.write):
+                return Window(None, window, off='state_dir %s does not exist (check mode creates nothing)' % state_dir)
+            self.path = progress_file(state_dir, name)
+            if self.write:
+                self.fd = statedir.open_lock(self.path[:-len('.json')] + '.lock')
+                if statedir.lock(self.fd, MEMORY_LOCK_TIMEOUT) is None:
+                    self.close()
+                    return Window(None, window, off='another check of this server holds its progress memory')
+            text = statedir.read_text(self.path)
+        except (statedir.StateError, OSError) as exc:
+            self.close()
+            return Window(None, window, off='the progress memory cannot be used: %s' % clip(exc))
+        memory, note = None, None
+        if text is not None:
+            try:
+                memory = json.loads(text)
+            except ValueError:
+                note = 'the progress memory was not JSON: started afresh'
+            if isinstance(memory, dict) and memory.get('url') != self.url:
+                memory, note = None, 'the server has another url than at the last check: started afresh'
+        found = Window(memory, window, boot=_boot_id())
+        if note:
+            found.summary['note'] = note
+        return found
+
+    def keep(self):
+        """Write the memory back (not in check mode); a failure is a note in the evidence."""
+        try:
+            if self.fd is not None and self.write and not self.window.off:
+                memory = dict(self.window.memory, url=self.url)
+                statedir.write_text(self.path, json.dumps(memory, sort_keys=True) + '\n')
+        except (statedir.StateError, OSError, TypeError, ValueError) as exc:
+            self.window.summary['note'] = 'the progress memory could not be written: %s' % clip(exc)
+        finally:
+            self.close()
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def summary_line(result):
@@ -45,6 +134,8 @@ def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client, mono
     is a result with ``error`` set."""
     checked_at = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
     deadline = check_deadline(spec['interval'], spec['probe_timeout'], spec['metrics_timeout'])
+    name = spec.get('name') or display_url(spec['url'])
+    memory = None
     try:
         client = client_class(spec['url'], api_key=spec.get('api_key'), validate_certs=spec['validate_certs'],
                               ca_path=spec.get('ca_path'), metrics_timeout=spec['metrics_timeout'],
@@ -54,9 +145,11 @@ def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client, mono
         if spec.get('kind') == 'proxy':
             result = check_proxy(client)
         else:
+            memory = Memory(spec, name, display_url(spec['url']))
             result = Judge(client, interval=spec['interval'], model=spec.get('model'), sleep=sleep, clock=clock,
                            probe_timeout=spec['probe_timeout'], metrics_timeout=spec['metrics_timeout'],
-                           monotonic=monotonic, deadline=deadline).run()
+                           monotonic=monotonic, deadline=deadline, window=memory.window).run()
+            memory.keep()
         result['error'] = None
     except CheckError as exc:
         result = {'state': 'unknown', 'reason': 'the check cannot run as configured: %s' % exc, 'error': str(exc)}
@@ -64,7 +157,10 @@ def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client, mono
         # A surprise of one check is that server's unknown, never a traceback and never the others' loss.
         result = {'state': 'unknown', 'error': None,
                   'reason': 'the check failed unexpectedly (%s: %s): not judged' % (type(exc).__name__, clip(exc))}
-    result.update(name=spec.get('name') or display_url(spec['url']), url=display_url(spec['url']),
+    finally:
+        if memory is not None:
+            memory.close()
+    result.update(name=name, url=display_url(spec['url']),
                   kind=spec.get('kind') or 'backend', checked_at=checked_at)
     result['line'] = summary_line(result)
     return redact(result, secrets_of(spec))

@@ -14,7 +14,9 @@ start-up grace, counted from the latest start anyone can see (the service
 manager's, vLLM's own ``process_start_time_seconds``, the watchdog's last
 restart); a cooldown that grows with every restart in the window; a restart
 budget past which it fails loudly for a human; ``unknown`` never restarts, and
-one that persists fails for a human; a pause switch.
+one that persists fails for a human; a pause switch; a server that vLLM itself says is paused is never
+restarted, and one paused for longer than ``paused_limit`` fails for a human (a trainer that held the
+pause and died must not leave a server that never serves and never says so).
 
 It fails closed: settings that are not finite numbers in range are refused
 (``invalid_settings``); a history that cannot be read is a human's problem,
@@ -43,6 +45,7 @@ DEFAULTS = {
     'max_restarts': 3,
     'restart_window': 86400,
     'unknown_limit': 3,
+    'paused_limit': 3600,
 }
 
 # (setting, smallest, largest, whether the smallest itself is allowed)
@@ -52,10 +55,11 @@ LIMITS = {
     'max_restarts': (0, 1000, True),
     'restart_window': (0, 366 * 86400, False),
     'unknown_limit': (1, 100000, True),
+    'paused_limit': (0, 366 * 86400, False),
 }
 
 # Verdicts of a server that serves: they clear a failed restart.
-HEALTHY = ('idle', 'busy', 'restarted', 'sleeping', 'up')
+HEALTHY = ('idle', 'busy', 'restarted', 'sleeping', 'paused', 'up')
 # Clock differences between the host and what it reports tolerated before a time counts as "in the future".
 SKEW = 60.0
 
@@ -250,6 +254,20 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
                                 'does not try again; a human must look, then clear it'
                           % (_when(failed_restart.get('at'), now), str(failed_restart.get('error') or '?')[:300],
                              state))
+    if state == 'paused':
+        since = hist.get('paused_since')
+        if not _finite(since) or since > now + SKEW:
+            since = now
+        hist['paused_since'] = since
+        held, limit = now - since, float(conf['paused_limit'])
+        if held >= limit:
+            return result(FAIL, 'paused on purpose for %s (seen paused on every run since %s), longer than the %s '
+                                'it may stay paused: a trainer that held the pause may have died. Never restarted '
+                                'while paused; a human should look (POST /resume resumes it)'
+                          % (_fmt(held), _when(since, now), _fmt(limit)))
+        return result(NONE, 'paused on purpose (vLLM says so): never restarted; a human is asked after %s paused '
+                            '(%s so far)' % (_fmt(limit), _fmt(held)))
+    hist.pop('paused_since', None)
     if state == 'unknown':
         if hist['unknown_streak'] >= int(conf['unknown_limit']):
             return result(FAIL, 'the check could not judge the server %d runs in a row: it is not restarted on '

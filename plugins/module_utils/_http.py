@@ -123,6 +123,11 @@ class Client(object):
     def models(self):
         return self.request('GET', 'v1/models', self.metrics_timeout, auth=True)
 
+    def is_paused(self):
+        # vLLM's pause API (VLLM_SERVER_DEV_MODE=1): {"is_paused": bool}; 404 without dev mode. Not under
+        # /v1/, so not guarded by --api-key. An RPC to the engine core: a hung engine does not answer.
+        return self.request('GET', 'is_paused', self.metrics_timeout)
+
     def probe(self, model):
         """One token, temperature 0: the smallest request that needs the engine."""
         if self.probe_api == 'chat':

@@ -37,6 +37,14 @@ SLEEP_STATE = 'vllm:engine_sleep_state'
 START_TIME = 'process_start_time_seconds'
 STEPS = 'vllm:iteration_tokens_total_count'
 GENERATION = 'vllm:generation_tokens_total'
+PROMPT = 'vllm:prompt_tokens_total'
+SUCCESS = 'vllm:request_success_total'
+PREEMPTIONS = 'vllm:num_preemptions_total'
+# Requests that ended this way did no useful work: a client that gave up, or an error.
+NOT_COMPLETED = ('abort', 'error')
+# RL weight transfers in flight (0.32+, vllm/entrypoints/rl/online/metrics.py): the trainer froze
+# generation on purpose. An API-server gauge, labelled by operation, not by engine.
+WEIGHT_UPDATES = 'vllm:rl_weight_update_operations_in_flight'
 # Series only the V0 engine exposes; V0 observes idle zeros into the step histogram.
 V0_ONLY = ('vllm:num_requests_swapped', 'vllm:cpu_cache_usage_perc')
 
@@ -46,13 +54,13 @@ PROGRESS_COUNTERS = (
     STEPS,
     'vllm:iteration_tokens_total_sum',
     GENERATION,
-    'vllm:prompt_tokens_total',
-    'vllm:request_success_total',
-    'vllm:num_preemptions_total',
+    PROMPT,
+    SUCCESS,
+    PREEMPTIONS,
     'vllm:estimated_flops_per_gpu_total',
 )
 
-_GAUGES = (RUNNING, WAITING, WAITING_BY_REASON, SLEEP_STATE) + KV_CACHE
+_GAUGES = (RUNNING, WAITING, WAITING_BY_REASON, SLEEP_STATE, WEIGHT_UPDATES) + KV_CACHE
 
 # More data-parallel engines than any deployment has: past it the exposition is not judged.
 MAX_ENGINES = 256
@@ -86,8 +94,8 @@ def _fmt(value):
 class EngineReading(object):
     """One engine's numbers in one reading."""
 
-    __slots__ = ('running', 'waiting', 'deferred', 'kv_cache', 'awake', 'counters', 'model_name', 'problems',
-                 'bad_counters', 'bad_gauges')
+    __slots__ = ('running', 'waiting', 'deferred', 'kv_cache', 'awake', 'counters', 'completed', 'model_name',
+                 'problems', 'bad_counters', 'bad_gauges')
 
     def __init__(self):
         self.running = None
@@ -96,6 +104,9 @@ class EngineReading(object):
         self.kv_cache = None
         self.awake = None
         self.counters = {}
+        # Finished requests that did their work (every finished_reason but abort and error); None when
+        # vllm:request_success_total is missing or one of its samples cannot be true.
+        self.completed = None
         self.model_name = None
         self.problems = []
         self.bad_counters = set()
@@ -124,6 +135,7 @@ class EngineReading(object):
             'kv_cache_usage': self.kv_cache,
             'awake': self.awake,
             'counters': dict(self.counters),
+            'completed': self.completed,
         }
         if self.problems:
             out['problems'] = list(self.problems)
@@ -157,8 +169,11 @@ def judgeable(before, after):
 class Reading(object):
     """One scrape of /metrics, reduced to what the verdict needs."""
 
-    def __init__(self, engines, start_time, created, has_vllm, at=None, seconds=None, v0=False, problems=None):
+    def __init__(self, engines, start_time, created, has_vllm, at=None, seconds=None, v0=False, problems=None,
+                 weight_updates=None):
         self.v0 = v0
+        # RL weight-transfer operations in flight (None: the server does not report them).
+        self.weight_updates = weight_updates
         self.process_problems = list(problems or [])
         self.engines = engines
         self.start_time = start_time
@@ -234,6 +249,7 @@ class Reading(object):
             'kv_cache_usage': self.kv_cache,
             'steps': self.counter(STEPS),
             'generation_tokens': self.counter(GENERATION),
+            'weight_updates': self.weight_updates,
             'engines': dict((k, self.engines[k].as_dict()) for k in keys[:EVIDENCE_ENGINES]),
         }
         if len(keys) > EVIDENCE_ENGINES:
@@ -292,6 +308,8 @@ def reading_from_samples(samples, at=None, seconds=None):
     has_vllm = False
     v0 = False
     problems = []
+    weight_updates = None
+    weight_bad = False
 
     def engine_for(labels):
         key = '0'
@@ -321,6 +339,15 @@ def reading_from_samples(samples, at=None, seconds=None):
         if not name.startswith('vllm:'):
             continue
         has_vllm = True
+        if name == WEIGHT_UPDATES:
+            # One sample that cannot be true spoils it: then nobody may take it for a pause.
+            if not weight_bad:
+                if _finite(value) and 0 <= value <= MAX_REQUESTS:
+                    weight_updates = (weight_updates or 0) + value
+                else:
+                    weight_bad = True
+                    problems.append('%s=%s' % (WEIGHT_UPDATES.replace('vllm:', ''), _fmt(value)))
+            continue
         if name in V0_ONLY:
             v0 = True
             continue
@@ -356,12 +383,19 @@ def reading_from_samples(samples, at=None, seconds=None):
             total = engine.counters.get(name, 0.0) + value
             if _finite(value) and value >= 0 and _finite(total):
                 engine.counters[name] = total
+                if name == SUCCESS and dict(labels).get('finished_reason') not in NOT_COMPLETED:
+                    engine.completed = (engine.completed or 0.0) + value
+                elif name == SUCCESS and engine.completed is None:
+                    engine.completed = 0.0
             else:
                 # One sample of a counter that cannot be true spoils its sum: leave the counter out.
                 engine.bad_counters.add(name)
                 engine.counters.pop(name, None)
+                if name == SUCCESS:
+                    engine.completed = None
                 _problem(engine, name, value)
-    return Reading(engines, start_time, created, has_vllm, at=at, seconds=seconds, v0=v0, problems=problems)
+    return Reading(engines, start_time, created, has_vllm, at=at, seconds=seconds, v0=v0, problems=problems,
+                   weight_updates=None if weight_bad else weight_updates)
 
 
 def read_text(text, at=None, seconds=None):

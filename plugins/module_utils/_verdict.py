@@ -8,7 +8,7 @@ Private to this collection. The HTTP reads, the sleep and the clock are
 injected, so every branch is tested without a server and without sleeping.
 
 ``server`` is any object with these methods, each returning a ``Fetched``:
-``metrics()``, ``health()``, ``version()``, ``models()`` and
+``metrics()``, ``health()``, ``version()``, ``models()``, ``is_paused()`` and
 ``probe(model)`` (a one-token request). ``Fetched.error`` is None for an
 HTTP answer (whatever its status) or one of ``FETCH_ERRORS``.
 
@@ -26,8 +26,9 @@ import re
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
+from ansible_collections.modelops.vllm.plugins.module_utils import _stall as stall
 
-STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'up', 'unknown')
+STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown')
 
 # Why a request got no HTTP answer.
 FETCH_ERRORS = (
@@ -155,6 +156,16 @@ def probe_outcome(fetched, probe_timeout=None):
     return 'invalid'
 
 
+def pause_answer(fetched):
+    """True when an answer of GET /is_paused proves a pause: HTTP 200 and exactly {"is_paused": true}.
+    Anything else (404 without VLLM_SERVER_DEV_MODE, an error, no answer in time: the endpoint is an
+    RPC to the engine core, so a hung engine does not answer) is no proof."""
+    if fetched.error or fetched.status != 200:
+        return False
+    body = fetched.json()
+    return isinstance(body, dict) and body.get('is_paused') is True
+
+
 def _dead_or(fetched_health, verdict):
     return ('down', 'the engine is dead: /health answered %s' % fetched_health.describe()) \
         if engine_is_dead(fetched_health) else verdict
@@ -173,8 +184,10 @@ class Judge(object):
     """
 
     def __init__(self, server, interval=5.0, model=None, sleep=None, clock=None,
-                 probe_timeout=None, metrics_timeout=None, monotonic=None, deadline=None):
+                 probe_timeout=None, metrics_timeout=None, monotonic=None, deadline=None, window=None):
         self.server = server
+        # Useful progress across checks (_stall.Window), or None with the reason it is off.
+        self.window = window
         self.interval = float(interval)
         self.model = model
         self.sleep = sleep
@@ -195,6 +208,9 @@ class Judge(object):
         self.restarted = False
         self.stuck_engines = []
         self.basis = None  # the reading a verdict rests on, when it is not the last one
+        self.deferred_only = False  # the verdict: only deferred requests wait, and nothing moved
+        self.pause_answers = []
+        self.pause_asked = False  # True once /is_paused gave an answer that makes asking again pointless
 
     # -- reads -------------------------------------------------------------
 
@@ -237,6 +253,31 @@ class Judge(object):
     def check_health(self):
         self.health = self.server.health()
         return self.health
+
+    def paused(self):
+        """A finished ``paused`` result when the server proves a deliberate pause, else None. Asked
+        before every probe and before every ``stuck``: a paused engine freezes every counter on
+        purpose (``POST /pause?mode=keep``), or holds new requests where no gauge counts them
+        (``mode=wait``), so it reads as a hang."""
+        last = self.readings[-1] if self.readings else None
+        if last is not None and last.weight_updates:
+            return self.finish('paused', 'a weight update is in flight (vllm:rl_weight_update_operations_in_flight '
+                                         '%s): generation is frozen on purpose; not probed, not judged'
+                               % _count(last.weight_updates))
+        if self.pause_asked:
+            return None
+        fetched = self.server.is_paused()
+        proven = pause_answer(fetched)
+        body = fetched.json() if fetched.status == 200 and not fetched.error else None
+        self.pause_answers.append(clip('%s%s' % (fetched.describe(), ' %s' % json.dumps(body) if body is not None
+                                                 else ''), 120))
+        if proven:
+            return self.finish('paused', 'the engine is paused on purpose (GET /is_paused answered {"is_paused": '
+                                         'true}): not probed, not judged')
+        # Only a definite "not paused" is worth asking again later in this check: no endpoint (404,
+        # VLLM_SERVER_DEV_MODE off) stays so, and a hung engine leaves the RPC unanswered.
+        self.pause_asked = not (isinstance(body, dict) and body.get('is_paused') is False)
+        return None
 
     def probe(self):
         model = self.model or self._model_from_metrics() or self._model_from_api()
@@ -300,6 +341,8 @@ class Judge(object):
                 'moved': [_trim_engines(moved) for moved in self.moves],
                 'probes': self.probes,
                 'health': self.health.describe() if self.health is not None else None,
+                'is_paused': list(self.pause_answers),
+                'progress': self.window.summary if self.window is not None else None,
                 'idle_ticks': self.idle_ticks,
                 'notes': self.notes,
                 'deadline': self.deadline,
@@ -348,6 +391,9 @@ class Judge(object):
         health = self.check_health()
         if engine_is_dead(health):
             return self.finish('down', 'the engine is dead: /health answered %s (%s)' % (health.describe(), why))
+        paused = self.paused()
+        if paused:
+            return paused
         outcome, fetched = self.probe()
         if outcome == 'ok':
             return self.finish('up', 'it answered a one-token probe in %.2f s, but its load cannot be known: %s'
@@ -386,6 +432,24 @@ class Judge(object):
         return self.finish('unknown', 'the probe answer had no completion token (%s)' % fetched.describe())
 
     def run(self):
+        """Judge the server: the verdict of this check, then useful progress across checks (the window)."""
+        result = self.judge()
+        if self.window is None:
+            return result
+        finding = self.window.observe(self.readings, 'deferred' if self.deferred_only else result['state'])
+        if finding:
+            paused = self.paused()
+            if paused:
+                self.window.observe([], 'paused')
+                result = paused
+            else:
+                self.stuck_engines = finding['engines'][:readings.MAX_ENGINES]
+                result = self.finish('stuck', self.window.reason(finding, self.readings[-1]))
+        result['evidence']['progress'] = self.window.summary
+        return result
+
+    def judge(self):
+        """The verdict of this check alone."""
         if self.deadline is not None:
             self.ends = self._mono() + self.deadline
         version = self.server.version()
@@ -416,6 +480,9 @@ class Judge(object):
     # -- nothing in flight: a one-token probe --------------------------------
 
     def idle_path(self, before, attempt=1):
+        paused = self.paused()
+        if paused:
+            return paused
         outcome, fetched = self.probe()
         if outcome == 'ok':
             # The probe must have been answered by the process whose counters were read: behind a
@@ -459,6 +526,9 @@ class Judge(object):
                                           '%s' % (self.probe_timeout, why))
         if attempt == 1:
             return self.idle_path(after, attempt=2)
+        paused = self.paused()
+        if paused:
+            return paused
         return self.finish('stuck', 'nothing in flight, yet two one-token probes each waited their full %s s '
                                     'without an answer and no counter or gauge moved: an idle-looking hang'
                            % self.probe_timeout)
@@ -506,7 +576,7 @@ class Judge(object):
                 stuck = sorted(stalled & stalled_before, key=readings.engine_order)
                 if not stuck:
                     return self.finish('busy', self._busy_reason(before, after, moved))
-                return self.stuck(after, stuck)
+                return self.stuck(after, stuck, moved)
             stalled_before = stalled
             before = after
         raise AssertionError('unreachable')  # pragma: no cover
@@ -516,12 +586,13 @@ class Judge(object):
         return ('%s request(s) in flight and the engine moved within %s s (%s); no probe sent'
                 % (_count(max(before.in_flight, after.in_flight)), self.interval, ', '.join(what[:8])))
 
-    def stuck(self, after, stuck):
+    def stuck(self, after, stuck, moved=None):
         self.stuck_engines = stuck[:readings.MAX_ENGINES]
         all_engines = len(stuck) == len(after.engines)
         deferred_only = all((after.engines[k].running or 0) == 0 and after.engines[k].waiting
                             and after.engines[k].deferred == after.engines[k].waiting for k in stuck)
         if deferred_only:
+            self.deferred_only = True
             return self.finish('unknown', 'only deferred requests wait (grammar compilation or remote KV) and '
                                           'no engine step happened across two waits; deferred work can sit '
                                           'without steps, so this is not called stuck')
@@ -529,8 +600,11 @@ class Judge(object):
         if engine_is_dead(health):
             return self.finish('down', 'work in flight, nothing moved, and /health answered %s'
                                % health.describe())
+        paused = self.paused()
+        if paused:
+            return paused
         if not all_engines:
-            which = ' on engine(s) %s while the other engines moved' % clip(', '.join(stuck), 120)
+            which = ' on engine(s) %s%s' % (clip(', '.join(stuck), 120), _others(after, stuck, moved))
         elif len(stuck) > 1:
             which = ' on every engine (%s)' % clip(', '.join(stuck), 120)
         else:
@@ -564,6 +638,9 @@ class Judge(object):
             return self.finish('restarted', 'the server restarted between reads (%s); the new process already has '
                                             '%s request(s) in flight, so it was not probed'
                                % (how, _count(latest.in_flight)))
+        paused = self.paused()
+        if paused:
+            return paused
         outcome, fetched = self.probe()
         if outcome == 'ok':
             return self.finish('restarted', 'the server restarted between reads (%s) and the new process answered '
@@ -576,6 +653,22 @@ class Judge(object):
         return self.finish('unknown', 'reads came from different server processes that alternate (%s): this URL '
                                       'looks like a load balancer; check it with kind=proxy and check its backends '
                                       'directly' % how)
+
+
+def _others(after, stuck, moved):
+    """What the engines that are not stuck did in the last wait, in words."""
+    others = sorted(set(after.engines) - set(stuck), key=readings.engine_order)
+    went = [key for key in others if (moved or {}).get(key)]
+    idle = [key for key in others if key not in went and not after.engines[key].in_flight]
+    parts = []
+    if went:
+        parts.append('engine(s) %s moved' % clip(', '.join(went), 60))
+    if idle:
+        parts.append('engine(s) %s had nothing in flight' % clip(', '.join(idle), 60))
+    rest = len(others) - len(went) - len(idle)
+    if rest:
+        parts.append('%d other engine(s) could not be judged' % rest)
+    return ' (%s)' % '; '.join(parts) if parts else ''
 
 
 def _has_work(before, after, key):

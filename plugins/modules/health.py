@@ -153,6 +153,27 @@ options:
         memory with the default.
     type: int
     default: 16777216
+  state_dir:
+    description:
+      - A directory on the host that runs the check where it keeps each server's progress memory between runs
+        (C(<name>.progress.json), a few KB, and a lock beside it), for O(stall_window). Created C(0750) if missing
+        (not in check mode, which also writes nothing); refused if group or others can write it. The
+        P(modelops.vllm.watchdog#role) role passes its own state directory.
+      - Without it the window rule is off, and RV(evidence.progress) says so.
+    type: path
+  stall_window:
+    description:
+      - Seconds. An engine is V(stuck) when, across checks, it had work in flight at every read for at least this long,
+        and in that time no token was generated and no request completed (aborted and errored requests do not count),
+        yet it kept stepping, prompts kept completing or requests kept being preempted, within this check too. Such
+        hangs (a decode deadlock while prefill runs on, one request prefilled again and again) keep some counter moving
+        and read V(busy) on every single check.
+      - A prefill in progress moves only the KV cache and never trips the rule, however long it runs. Decode starved
+        by prefill shorter than the window does not trip it either.
+      - V(0) turns the rule off. It needs O(state_dir). Pick it well above the longest stretch without a generated
+        token that your healthy servers show (the watchdog role's default is 1200, see its documentation).
+    type: float
+    default: 0
   use_proxy:
     description:
       - Send the requests through the proxies named by the environment of the host that runs the module
@@ -171,6 +192,12 @@ notes:
     O(metrics_timeout) seconds (150 s with the defaults); what is left of it caps every request, and a check that
     runs out of it is V(unknown).
   - A C(/metrics) that answers slower than O(metrics_timeout) gives V(unknown), never V(stuck).
+  - >-
+    Before it probes, and before it says V(stuck), it asks C(GET /is_paused) (vLLM's pause API, served with
+    C(VLLM_SERVER_DEV_MODE=1); 404 otherwise). An answer of exactly C({"is_paused": true}), or a weight transfer in
+    flight (C(vllm:rl_weight_update_operations_in_flight) above 0), gives V(paused). The endpoint is an RPC to the
+    engine core, so a hung engine does not answer it: no answer in O(metrics_timeout), an error or anything else is
+    no proof of a pause, and the verdict stays what the counters say.
   - V(stuck) needs proof. Values that cannot be true (negative, NaN or infinite gauges and counters), progress series
     missing from a read, a probe whose connection was closed or reset, or a probe cut short are no evidence. They give
     V(unknown) with the reason, never V(stuck). A request that cannot be sent at all (an O(api_key) with a newline, a
@@ -247,12 +274,14 @@ state:
     - V(idle) nothing in flight and a one-token probe answered.
     - V(busy) work in flight and the engine moved between two reads; no probe was sent.
     - V(stuck) work in flight and nothing moved across two waits in a row; or an idle-looking engine that got no answer
-      to two probes while nothing moved.
+      to two probes while nothing moved; or, with O(stall_window), an engine busy doing nothing useful for that long.
     - V(restarted) the serving process changed between reads; counters were not compared; the new process answered
       a probe (or already has work in flight).
     - V(starting) the process changed between reads and the new one does not answer yet.
     - V(down) nothing answers, or C(/health) says the engine is dead.
     - V(sleeping) the engine sleeps on purpose (C(vllm:engine_sleep_state)); not probed.
+    - V(paused) the engine is paused on purpose (C(GET /is_paused) answered true, or an RL weight transfer is in
+      flight); not probed, not judged.
     - V(up) it answers but its load cannot be known (a proxy, or a server without usable metrics whose probe answered).
     - V(unknown) the check could not judge (metrics too slow or unreadable, no usable metrics and no probe answer,
       reads from alternating processes).
@@ -378,8 +407,10 @@ evidence:
     - The raw evidence. For a backend, C(reads) (each read's time, duration, start time, running, waiting, KV cache,
       steps, generated tokens and per-engine numbers, at most 16 engines; values that cannot be true under
       C(problems)), C(moved) (per wait, per engine, what rose and by how much), C(probes), C(health) (the C(/health)
-      answer, when asked), C(interval), C(deadline) (the check's overall time limit, seconds), C(idle_ticks) and
-      C(notes).
+      answer, when asked), C(is_paused) (each C(/is_paused) answer), C(progress) (the window rule, C(window), and
+      C(off) with why it is off, or per engine the C(since) and C(seconds) of its streak without useful progress and
+      what C(activity) grew in it), C(interval), C(deadline) (the check's overall time limit, seconds), C(idle_ticks)
+      and C(notes).
     - For a proxy, C(models_answer) and C(seconds).
   returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: dict
@@ -435,13 +466,15 @@ from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SE
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
+from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import DEFAULT_MAX_BYTES, display_url
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS, check_deadline
 
 
 # option: (smallest, largest, smallest allowed itself): every number is finite and in range.
-LIMITS = dict(CHECK_LIMITS, metrics_max_bytes=(1024, 64 * 1024 * 1024, True), workers=(1, 4096, True))
+LIMITS = dict(CHECK_LIMITS, metrics_max_bytes=(1024, 64 * 1024 * 1024, True), workers=(1, 4096, True),
+              stall_window=WINDOW_LIMITS)
 
 
 def invalid_settings(params):
@@ -501,6 +534,8 @@ def main():
             results_file=dict(type='path'),
             results_timeout=dict(type='float', default=300),
             background_dir=dict(type='path'),
+            state_dir=dict(type='path'),
+            stall_window=dict(type='float', default=0),
         ),
         required_one_of=[('url', 'servers', 'results_file')],
         mutually_exclusive=[('url', 'servers', 'results_file'), ('url', 'background_dir'),
@@ -510,6 +545,7 @@ def main():
     params = module.params
     if params['results_file'] is not None:
         collect(module)
+    params['_check_mode'] = module.check_mode
     specs = [params]
     if params['servers'] is not None:
         specs = []

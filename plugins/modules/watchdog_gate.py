@@ -26,7 +26,8 @@ description:
     service manager's, vLLM's own C(process_start_time_seconds), the last restart). A cooldown after each restart that
     doubles with every restart in O(restart_window). Past O(max_restarts) in the window, no restart and
     RV(instances[].action=fail). V(unknown) never restarts; O(unknown_limit) of them in a row give
-    RV(instances[].action=fail). A pause (O(paused), or a pause file) reports only.
+    RV(instances[].action=fail). V(paused) (vLLM's own pause API) never restarts; paused on every run for
+    O(paused_limit) seconds gives RV(instances[].action=fail). A pause (O(paused), or a pause file) reports only.
   - It fails closed. Settings that are not finite numbers in range fail the task. The state directory must not be
     writable by group or others. Files in it are never followed through symbolic links, must be regular files, and
     are read up to 1 MiB. A history that cannot be read gives RV(instances[].action=fail) (a human must look), never a
@@ -114,7 +115,7 @@ options:
     description:
       - With O(name), the verdict of M(modelops.vllm.health) (RV(modelops.vllm.health#module:state)).
     type: str
-    choices: [idle, busy, stuck, restarted, starting, down, sleeping, up, unknown]
+    choices: [idle, busy, stuck, restarted, starting, down, sleeping, paused, up, unknown]
   reason:
     description:
       - With O(name), the verdict's reason, kept in the history.
@@ -184,6 +185,13 @@ options:
       - After this many V(unknown) verdicts in a row, RV(instances[].action=fail) (a human should look). Never a restart.
     type: int
     default: 3
+  paused_limit:
+    description:
+      - Seconds a server may be seen V(paused) (vLLM's pause API, an RL weight transfer) on every run before the gate
+        asks a human (RV(instances[].action=fail)). It is never restarted while paused; this is for a trainer that held
+        the pause and died.
+    type: float
+    default: 3600
   paused:
     description:
       - Report only. The file C(<state_dir>/paused) or C(<state_dir>/<name>.paused) on the host pauses the watchdog too.
@@ -393,7 +401,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     service_status,
 )
 
-STATES = ['idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'up', 'unknown']
+STATES = ['idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown']
 # The verdict's numbers kept in the verdict history and returned to the role.
 VERDICT_KEYS = ('state', 'reason', 'line', 'url', 'running', 'waiting', 'kv_cache_usage', 'steps_per_second',
                 'generation_tokens_per_second', 'restarted', 'version', 'model', 'stuck_engines', 'error', 'checked_at')
@@ -651,6 +659,7 @@ def main():
             max_restarts=dict(type='int', default=3),
             restart_window=dict(type='float', default=86400),
             unknown_limit=dict(type='int', default=3),
+            paused_limit=dict(type='float', default=3600),
             paused=dict(type='bool', default=False),
             lock_timeout=dict(type='float', default=60),
             status_timeout=dict(type='float', default=30),

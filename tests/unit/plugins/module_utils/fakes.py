@@ -14,16 +14,18 @@ def capture(name):
 
 
 def engine(running=0, waiting=0, steps=0, step_tokens=0, gen=0, prompt=0, success=0, kv=0.0, awake=1,
-           deferred=0, flops=None):
+           deferred=0, flops=None, preempt=None, aborted=0):
     return dict(running=running, waiting=waiting, steps=steps, step_tokens=step_tokens, gen=gen, prompt=prompt,
-                success=success, kv=kv, awake=awake, deferred=deferred, flops=flops)
+                success=success, kv=kv, awake=awake, deferred=deferred, flops=flops, preempt=preempt, aborted=aborted)
 
 
-def expo(engines=None, start=1796004614.13, created=1796004644.44, model='tiny', v0=False, vllm=True):
+def expo(engines=None, start=1796004614.13, created=1796004644.44, model='tiny', v0=False, vllm=True,
+         weight_updates=None):
     """A vLLM-0.32-shaped exposition for the given per-engine numbers.
 
     ``start``/``created`` None leave those series out (multiprocess mode).
     ``v0`` writes the V0 series names and no engine label.
+    ``weight_updates``: {operation: value} of vllm:rl_weight_update_operations_in_flight (0.32's RL API).
     """
     engines = engines if engines is not None else {'0': engine()}
     out = ['# HELP python_info Python platform information', '# TYPE python_info gauge',
@@ -61,8 +63,12 @@ def expo(engines=None, start=1796004614.13, created=1796004644.44, model='tiny',
             asleep = float(1 - e['awake'])
             out.append('vllm:engine_sleep_state%s %r' % (lab(key, ',sleep_state="weights_offloaded"'), asleep))
         series('vllm:kv_cache_usage_perc', 'gauge', 'kv')
+    if weight_updates is not None:
+        out.append('# TYPE vllm:rl_weight_update_operations_in_flight gauge')
+        for operation, value in sorted(weight_updates.items()):
+            out.append('vllm:rl_weight_update_operations_in_flight{operation="%s"} %r' % (operation, float(value)))
     for name, field in (('vllm:generation_tokens', 'gen'), ('vllm:prompt_tokens', 'prompt'),
-                        ('vllm:estimated_flops_per_gpu', 'flops')):
+                        ('vllm:num_preemptions', 'preempt'), ('vllm:estimated_flops_per_gpu', 'flops')):
         series(name + '_total', 'counter', field)
         if created is not None and not v0:
             out.append('# TYPE %s_created gauge' % name)
@@ -72,6 +78,7 @@ def expo(engines=None, start=1796004614.13, created=1796004644.44, model='tiny',
     for key, e in sorted(engines.items()):
         out.append('vllm:request_success_total%s %r' % (lab(key, ',finished_reason="stop"'), float(e['success'])))
         out.append('vllm:request_success_total%s 0.0' % lab(key, ',finished_reason="length"'))
+        out.append('vllm:request_success_total%s %r' % (lab(key, ',finished_reason="abort"'), float(e.get('aborted') or 0)))
     out.append('# TYPE vllm:iteration_tokens_total histogram')
     for key, e in sorted(engines.items()):
         out.append('vllm:iteration_tokens_total_bucket%s %r' % (lab(key, ',le="+Inf"'), float(e['steps'])))
@@ -95,6 +102,9 @@ NO_ANSWER = Fetched(error='timeout', message='no complete answer in 30.0 s', sec
 REFUSED = Fetched(error='refused', message='connection refused', seconds=0.001)
 HEALTH_OK = Fetched(status=200, text='', seconds=0.002)
 VERSION = Fetched(status=200, text='{"version":"0.32.0"}', seconds=0.002)
+NOT_FOUND = Fetched(status=404, text='{"detail":"Not Found"}', seconds=0.001)
+PAUSED = Fetched(status=200, text='{"is_paused":true}', seconds=0.002)
+NOT_PAUSED = Fetched(status=200, text='{"is_paused":false}', seconds=0.002)
 MODELS = Fetched(status=200, text=json.dumps({'object': 'list', 'data': [{'id': 'tiny', 'max_model_len': 32768}]}),
                  seconds=0.002)
 
@@ -115,8 +125,9 @@ class Script(object):
 class FakeServer(object):
     """A scripted vLLM server for Judge; records every call."""
 
-    def __init__(self, metrics, probe=None, health=HEALTH_OK, version=VERSION, models=MODELS):
+    def __init__(self, metrics, probe=None, health=HEALTH_OK, version=VERSION, models=MODELS, is_paused=NOT_FOUND):
         self.script = {
+            'is_paused': Script(is_paused),
             'metrics': Script([ok(m) if isinstance(m, str) else m for m in
                                (metrics if isinstance(metrics, list) else [metrics])]),
             'probe': Script(probe if probe is not None else completion()),
@@ -141,6 +152,9 @@ class FakeServer(object):
 
     def models(self):
         return self._answer('models')
+
+    def is_paused(self):
+        return self._answer('is_paused')
 
     def probe(self, model):
         self.log.append('probe:%s' % model)

@@ -121,3 +121,42 @@ def test_docker_start_time_string_feeds_the_grace():
     service = {'running': True, 'started_at': '2026-11-30T02:10:52.5Z'}
     assert decide('stuck', service, None, 1796004652.5 + 120, S)['action'] == NONE
     assert decide('stuck', service, None, 1796004652.5 + 901, S)['action'] == RESTART
+
+
+# -- vLLM's own pause: never a restart, and a pause that never ends asks a human ----------------------------
+
+def test_paused_is_never_restarted_even_past_the_grace_and_with_budget():
+    decision = decide('paused', RUNNING_LONG, None, NOW, S)
+    assert decision['action'] == NONE and 'never restarted' in decision['reason']
+    assert decision['history']['paused_since'] == NOW
+
+
+def test_a_pause_that_lasts_past_the_limit_needs_a_human_and_is_still_not_restarted():
+    history = empty_history()
+    history['paused_since'] = NOW - 3700
+    decision = decide('paused', RUNNING_LONG, history, NOW, dict(S, paused_limit=3600))
+    assert decision['action'] == FAIL
+    assert 'trainer that held the pause may have died' in decision['reason']
+    assert decision['history']['restarts'] == []
+
+
+def test_the_pause_streak_ends_when_the_server_is_anything_else():
+    history = empty_history()
+    history['paused_since'] = NOW - 3000
+    decision = decide('busy', RUNNING_LONG, history, NOW, S)
+    assert 'paused_since' not in decision['history']
+    again = decide('paused', RUNNING_LONG, decision['history'], NOW + 10, S)
+    assert again['history']['paused_since'] == NOW + 10 and again['action'] == NONE
+
+
+@pytest.mark.parametrize('forged', [float('nan'), 'yesterday', NOW + 86400, None, True])
+def test_a_paused_since_that_cannot_be_true_starts_the_pause_now(forged):
+    history = empty_history()
+    history['paused_since'] = forged
+    decision = decide('paused', RUNNING_LONG, history, NOW, dict(S, paused_limit=60))
+    assert decision['action'] == NONE and decision['history']['paused_since'] == NOW
+
+
+def test_paused_clears_a_failed_restart_as_any_serving_state_does():
+    decision = decide('paused', RUNNING_LONG, None, NOW, S, failed_restart={'at': NOW - 600, 'error': 'x'})
+    assert decision['action'] == NONE and 'cleared' in decision['reason']

@@ -188,6 +188,10 @@ class FakeProbeServer(object):
         from fakes import MODELS
         return MODELS
 
+    def is_paused(self):
+        from fakes import NOT_FOUND
+        return NOT_FOUND
+
     def probe(self, model):
         return self.fetched
 

@@ -291,6 +291,9 @@ class Scripted(object):
     def models(self):
         return Fetched(status=200, text='{"data":[{"id":"tiny"}]}', seconds=0.002)
 
+    def is_paused(self):
+        return Fetched(status=404, text='{"detail":"Not Found"}', seconds=0.001)
+
 
 def _completion():
     return json.dumps({'choices': [{'text': 'x', 'finish_reason': 'length'}], 'usage': {'completion_tokens': 1}})

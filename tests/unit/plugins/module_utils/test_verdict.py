@@ -183,7 +183,17 @@ def test_data_parallel_one_engine_stuck_other_moving():
     result = judge(server)
     assert result['state'] == 'stuck'
     assert result['stuck_engines'] == ['1']
-    assert 'engine(s) 1 while the other engines moved' in result['reason']
+    assert 'on engine(s) 1 (engine(s) 0 moved)' in result['reason']
+
+
+def test_data_parallel_one_engine_stuck_other_idle_says_so():
+    # Engine 1 frozen with work, engine 0 with nothing in flight: the reason must not say it moved.
+    def two(steps1):
+        return expo({'0': engine(running=0, steps=7, gen=7), '1': engine(running=2, steps=steps1, gen=steps1)})
+    result = judge(FakeServer([two(50), two(50), two(50)]))
+    assert result['state'] == 'stuck' and result['stuck_engines'] == ['1']
+    assert 'on engine(s) 1 (engine(s) 0 had nothing in flight)' in result['reason']
+    assert 'moved)' not in result['reason']
 
 
 def test_data_parallel_idle_engine_is_not_stalled():
