@@ -26,7 +26,6 @@ import re
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
-from ansible_collections.modelops.vllm.plugins.module_utils import _stall as stall
 
 STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown')
 

@@ -159,7 +159,7 @@ options:
         (C(<name>.progress.json), a few KB, and a lock beside it), for O(stall_window). Created C(0750) if missing
         (not in check mode, which also writes nothing); refused if group or others can write it. The
         P(modelops.vllm.watchdog#role) role passes its own state directory.
-      - Without it the window rule is off, and RV(evidence.progress) says so.
+      - Without it the window rule is off, and the evidence (its C(progress)) says so.
     type: path
   stall_window:
     description:

@@ -92,8 +92,8 @@ def test_reprefill_loop_52520_seen_only_as_kv_sawtooth_is_caught():
     kv = [0.4, 0.99, 0.3, 0.97, 0.35, 0.98, 0.2, 0.96]
     for i in range(8):
         at = 1000.0 + 150 * i
-        reads = [reading(at, running=1, gen=0, success=0, kv=kv[i]), reading(at + 5, running=1, gen=0, success=0,
-                                                                                kv=kv[i] + 0.001)]
+        reads = [reading(at, running=1, gen=0, success=0, kv=kv[i]),
+                 reading(at + 5, running=1, gen=0, success=0, kv=kv[i] + 0.001)]
         finding, dummy = series.check(at, reads=reads)
         if finding:
             break

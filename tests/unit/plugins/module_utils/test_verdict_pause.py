@@ -164,8 +164,8 @@ def test_without_a_memory_the_rule_is_off_and_the_evidence_says_so():
     window = Window(None, 600.0, off='no state_dir: the rule needs a memory across checks')
     result = judge(FakeServer([deadlock(0), deadlock(1)]), window=window)
     assert result['state'] == 'busy'
-    assert result['evidence']['progress'] == {'window': 600.0, 'off': 'no state_dir: the rule needs a memory across '
-                                                                        'checks'}
+    off = 'no state_dir: the rule needs a memory across checks'
+    assert result['evidence']['progress'] == {'window': 600.0, 'off': off}
 
 
 def test_stranded_deferred_work_becomes_stuck_past_the_window():
