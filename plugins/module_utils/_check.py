@@ -101,10 +101,7 @@ class Memory(object):
                 note = 'the progress memory was not JSON: started afresh'
             if isinstance(memory, dict) and memory.get('url') != self.url:
                 memory, note = None, 'the server has another url than at the last check: started afresh'
-        found = Window(memory, window, boot=_boot_id())
-        if note:
-            found.summary['note'] = note
-        return found
+        return Window(memory, window, boot=_boot_id(), note=note)
 
     def keep(self):
         """Write the memory back (not in check mode); a failure is a note in the evidence."""

@@ -305,17 +305,20 @@ class Window(object):
     ``off`` says why the rule is off (no ``state_dir``, a window of 0): then it finds nothing, and
     the evidence says why."""
 
-    def __init__(self, memory, window, boot=None, off=None):
+    def __init__(self, memory, window, boot=None, off=None, note=None):
         self.memory = memory
         self.window = window
         self.boot = boot
         self.off = off
+        self.note = note  # what the caller found when it read the memory (kept in the evidence)
         self.summary = {'window': window, 'off': off} if off else {'window': window, 'engines': {}}
 
     def observe(self, reads, state):
         if self.off:
             return None
         self.memory, finding, self.summary = observe(self.memory, reads, state, self.window, self.boot)
+        if self.note:
+            self.summary['note'] = '; '.join(n for n in (self.note, self.summary.get('note')) if n)
         return finding
 
     def reason(self, finding, last):
