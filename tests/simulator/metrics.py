@@ -397,8 +397,8 @@ class Registry:
         self.values[("http_request_duration_seconds", None, (("handler", handler), ("method", method)))].observe(duration)
         self.values[("http_request_duration_highr_seconds", None, ())].observe(duration)
 
-
     # -- RL weight-transfer operations (entrypoints/rl/online/metrics.py) --------------------
+
     def rl_set_in_flight(self, operation, value):
         """``in_flight.labels(operation).inc()/.dec()``: the gauge child exists from the first op on."""
         self.rl_enabled = True
