@@ -13,6 +13,18 @@ chunked prefill does.  As in V1:
 * the gauges (running, waiting, KV-cache usage) are published after each step, so
   while the engine is hung nothing moves, and requests arriving during a hang stay in
   the engine's input queue (``inbox``), not in ``waiting``.
+
+Pauses (``POST /pause``, vLLM 0.32's ``EngineCoreProc.pause_scheduler``): ``pause`` is
+``"new"`` (modes abort and wait, ``PauseState.PAUSED_NEW``: running requests drain, waiting
+ones stay, new ones queue; no step once drained) or ``"all"`` (mode keep,
+``PAUSED_ALL``: nothing is scheduled, so no step).  An RL weight transfer in flight freezes
+the engine the same way.  A frozen engine still processes aborts: a client that went
+away costs one step that schedules nothing and publishes the gauges (vLLM steps
+whenever ``scheduler.has_finished_requests()``).
+
+Field failures played on cue: ``decode_stall`` (vllm#45094, vllm#54919) and
+``reprefill`` (vllm#52520); see :meth:`Engine.set_decode_stall` and
+:meth:`Engine.set_reprefill_loop`.
 """
 
 import asyncio
@@ -40,7 +52,8 @@ class SimRequest:
     __slots__ = ("id", "prompt_tokens", "max_tokens", "finish_reason_on_limit", "arrival", "scheduled_at",
                  "first_token_at", "last_token_at", "finished_at", "prefilled", "prefill_target", "generated",
                  "future", "on_token", "kind", "endpoint", "finish_reason", "deferred_until", "aborted",
-                 "preemptions", "engine", "n", "max_tokens_param")
+                 "preemptions", "engine", "n", "max_tokens_param", "prompt_credited", "prefill_done_at",
+                 "requeue_until")
 
     def __init__(self, prompt_tokens, max_tokens, *, finish_reason_on_limit="length", kind="http",
                  endpoint="/v1/completions", on_token=None, deferred_seconds=0.0, max_tokens_param=None):
@@ -68,6 +81,9 @@ class SimRequest:
         self.preemptions = 0
         self.engine = None
         self.n = 1
+        self.prompt_credited = False   # prompt_tokens_total counted (once per request, as vLLM)
+        self.prefill_done_at = None    # when its (last) prefill completed
+        self.requeue_until = 0.0       # reprefill loop: not re-admitted before this
 
     def tokens_in_kv(self):
         return self.prefilled + max(self.generated - 1, 0) if self.prefilled >= self.prefill_target else self.prefilled
@@ -96,6 +112,13 @@ class Engine:
         self.wake = asyncio.Event()
         self.task = None
         self.stopped = False
+        self.pause = None        # None | "new" (pause modes abort, wait) | "all" (keep)
+        self.cleanup_pending = False  # finished requests not yet cleared by a step
+        self.decode_stall = None  # {"until": t (inf: for ever), "abort_after": s, "since": t}
+        self.reprefill = None     # {"count_preemptions": bool, "requeue_seconds": s, "since": t}
+        self.reprefill_victim = None
+        self.reprefill_cycles = 0
+        self.stall_aborts = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self):
@@ -119,6 +142,29 @@ class Engine:
 
     def load(self):
         return len(self.running) + len(self.waiting) + len(self.inbox)
+
+    def mode(self):
+        """How the next step runs: ``run``, ``drain`` (PAUSED_NEW) or ``frozen`` (PAUSED_ALL, weight transfer)."""
+        if self.pause == "all" or self.server.weight_operations_in_flight():
+            return "frozen"
+        if self.pause == "new":
+            return "drain"
+        return "run"
+
+    def has_work(self):
+        """``EngineCore.has_work()``: whether the engine steps at all."""
+        if self.to_abort or self.cleanup_pending:
+            return True
+        mode = self.mode()
+        if mode == "frozen":
+            return False
+        if mode == "drain":
+            return bool(self.running)
+        return bool(self.running or self.waiting)
+
+    def drained(self):
+        """A pause (``wait``, ``abort``) is complete: nothing left that makes the engine step."""
+        return not self.hung and not self.has_work()
 
     def in_flight(self):
         return list(self.running) + list(self.waiting) + list(self.inbox)
@@ -152,6 +198,72 @@ class Engine:
         self.hung = False
         self.kick()
 
+    def set_pause(self, pause):
+        self.pause = pause
+        self.kick()
+
+    def abort_all_for_pause(self):
+        """``pause_scheduler(mode="abort")``: every request finishes with ``abort`` at once.
+
+        The abort outputs reach the API server in one batch with outputs (so the step
+        histogram observes a 0, as ``IterationStats`` exists for it) but without
+        scheduler stats; the gauges are refreshed by the step that clears them.
+        """
+        now = time.time()
+        victims = list(self.running) + list(self.waiting)
+        self.running.clear()
+        self.waiting.clear()
+        self.to_abort.clear()
+        if not victims:
+            return 0
+        self.server.reg.observe("vllm:iteration_tokens_total", self.index, 0.0)
+        for req in victims:
+            req.aborted = True
+            self._finish(req, "abort", now)
+        self.cleanup_pending = True
+        self.wake.set()
+        return len(victims)
+
+    def set_decode_stall(self, seconds=0.0, abort_after=5.0):
+        """vllm#45094 (``seconds`` 0: for ever) / vllm#54919 (ends after ``seconds``).
+
+        Steps go on, admit requests and run prefill chunks; a prefill that completes is
+        credited (``prompt_tokens_total``, one observation in the step histogram) but no
+        token is generated for anyone.  A load-generator request that waited
+        ``abort_after`` seconds for a token is given up by its client (aborted at the
+        next step); with ``repeat`` the load generator sends a new one, which prefills.
+        """
+        seconds = float(seconds)
+        abort_after = float(abort_after)
+        if seconds < 0 or abort_after < 0:
+            raise ValueError("seconds and abort_after must be >= 0")
+        now = time.time()
+        self.decode_stall = {"until": now + seconds if seconds > 0 else math.inf, "abort_after": abort_after,
+                             "since": now, "seconds": seconds}
+        self.wake.set()
+
+    def set_reprefill_loop(self, count_preemptions=True, requeue_seconds=0.0):
+        """vllm#52520: the head request prefills to 99 %, is preempted for lack of KV blocks, again and again.
+
+        Nothing is emitted, so neither prompt tokens nor the step histogram move; each
+        preemption is counted in ``num_preemptions_total`` only with ``count_preemptions``.
+        One cycle takes ``ceil(0.99 * prompt / chunk_tokens) + 1`` steps (the prefill
+        chunks, then the step whose scheduling preempts it), plus ``requeue_seconds``
+        spent back in the waiting queue before it is admitted again.
+        """
+        requeue_seconds = float(requeue_seconds)
+        if requeue_seconds < 0:
+            raise ValueError("requeue_seconds must be >= 0")
+        self.reprefill = {"count_preemptions": bool(count_preemptions), "requeue_seconds": requeue_seconds,
+                          "since": time.time()}
+        self.wake.set()
+
+    def clear_faults(self):
+        self.decode_stall = None
+        self.reprefill = None
+        self.reprefill_victim = None
+        self.wake.set()
+
     def kick(self):
         if not self.blocked() and self.inbox:
             self.waiting.extend(self.inbox)
@@ -170,9 +282,9 @@ class Engine:
                 continue
             if self.inbox:
                 self.kick()
-            if not self.running and not self.waiting and not self.to_abort:
+            if not self.has_work():
                 ticks = float(cfg.v0_idle_ticks or 0)
-                if ticks > 0:
+                if ticks > 0 and self.mode() == "run":
                     remaining = ticks - (time.monotonic() - idle_since)
                     if remaining <= 0:
                         self._idle_tick()
@@ -186,7 +298,7 @@ class Engine:
                 await self.wake.wait()
                 continue
             now_wait = time.time()
-            if self.waiting and not self.running and not self.to_abort and all(
+            if self.mode() == "run" and self.waiting and not self.running and not self.to_abort and all(
                     r.deferred_until > now_wait for r in self.waiting):
                 # deferred-only work: no engine step until the constraint clears
                 self._publish()
@@ -197,7 +309,7 @@ class Engine:
                     pass
                 continue
             await asyncio.sleep(1.0 / max(float(cfg.step_rate), 1e-6))
-            if self.blocked() or self.stopped:
+            if self.blocked() or self.stopped or not self.has_work():
                 continue
             self._step()
             idle_since = time.monotonic()
@@ -214,8 +326,10 @@ class Engine:
         reg = srv.reg
         eng = self.index
         now = time.time()
+        mode = self.mode()
         self.steps += 1
         self.last_step_at = now
+        self.cleanup_pending = False
         aborted = []
         if self.to_abort:
             for lst in (self.running, self.waiting):
@@ -224,9 +338,20 @@ class Engine:
                         lst.remove(req)
                         aborted.append(req)
             self.to_abort.clear()
-        # admission, FIFO, up to max_num_seqs
+        if mode == "frozen":
+            # nothing is scheduled (PAUSED_ALL, token budget 0): the step only clears aborts
+            for req in aborted:
+                self._finish(req, "abort", now)
+            self._publish()
+            return
+        stall = self._stall_now(now)
+        victim, preempted = self._reprefill_schedule(now) if self.reprefill else (None, None)
+        # admission, FIFO, up to max_num_seqs (none while a pause drains)
         skipped = []
-        while self.waiting and len(self.running) < int(cfg.max_num_seqs):
+        while mode == "run" and self.waiting and len(self.running) < int(cfg.max_num_seqs):
+            if victim is not None and (self.waiting[0] is not victim or victim is preempted
+                                       or victim.requeue_until > now):
+                break  # the looping request heads the queue: nothing passes it
             req = self.waiting.popleft()
             if req.deferred_until and req.deferred_until > now:
                 skipped.append(req)
@@ -245,53 +370,64 @@ class Engine:
         scheduled_tokens = 0
         # decodes first (one token each)
         for req in self.running:
-            if req.prefilled >= req.prefill_target and req.generated > 0:
+            if req is victim or req.prefilled < req.prefill_target:
+                continue
+            if stall is not None:
+                self._maybe_give_up(req, stall, now)
+                continue
+            budget -= 1
+            scheduled_tokens += 1
+            iteration_tokens += 1
+            emitted = True
+            if req.generated == 0:
+                # prefilled during a decode stall (prompt counted then): its first token now
+                self._first_token(req, now)
+            else:
                 req.generated += 1
-                budget -= 1
-                scheduled_tokens += 1
-                iteration_tokens += 1
-                emitted = True
                 reg.inc("vllm:generation_tokens_total", eng)
                 if req.last_token_at is not None:
                     reg.observe("vllm:inter_token_latency_seconds", eng, now - req.last_token_at)
                 req.last_token_at = now
                 if req.on_token is not None:
                     req.on_token(req, 1)
-                if req.generated >= req.max_tokens:
-                    finished.append(req)
+            if req.generated >= req.max_tokens:
+                finished.append(req)
         # then prefill chunks with what is left of the budget
         for req in self.running:
             if req.prefilled < req.prefill_target:
-                take = min(req.prefill_target - req.prefilled, max(budget, 0))
+                limit = self._reprefill_stop(req) if req is victim else req.prefill_target
+                take = min(limit - req.prefilled, max(budget, 0))
                 if take <= 0:
                     continue
                 req.prefilled += take
                 budget -= take
                 scheduled_tokens += take
-                if req.prefilled >= req.prefill_target:
-                    emitted = True
-                    if req.generated == 0:
-                        # first token: the prompt is counted now
-                        req.generated = 1
-                        req.first_token_at = now
-                        req.last_token_at = now
-                        iteration_tokens += req.prompt_tokens + 1
-                        reg.inc("vllm:prompt_tokens_total", eng, req.prompt_tokens)
-                        reg.inc("vllm:prompt_tokens_by_source_total", eng, req.prompt_tokens,
-                                (("source", "local_compute"),))
-                        reg.inc("vllm:generation_tokens_total", eng)
-                        reg.observe("vllm:time_to_first_token_seconds", eng, now - req.arrival)
-                    else:
-                        # resumed after a preemption (recomputed): one more token
-                        req.generated += 1
-                        iteration_tokens += 1
-                        reg.inc("vllm:generation_tokens_total", eng)
-                        reg.observe("vllm:inter_token_latency_seconds", eng, now - req.last_token_at)
-                        req.last_token_at = now
+                if req is victim or req.prefilled < req.prefill_target:
+                    continue
+                req.prefill_done_at = now
+                if stall is not None:
+                    # the prefill completes and is credited; no token comes out of it
+                    if not req.prompt_credited:
+                        emitted = True
+                        iteration_tokens += req.prompt_tokens
+                        self._credit_prompt(req)
+                    continue
+                emitted = True
+                if req.generated == 0:
+                    # first token: the prompt is counted now (once per request)
+                    iteration_tokens += (0 if req.prompt_credited else req.prompt_tokens) + 1
+                    self._first_token(req, now)
+                else:
+                    # resumed after a preemption (recomputed): one more token
+                    req.generated += 1
+                    iteration_tokens += 1
+                    reg.inc("vllm:generation_tokens_total", eng)
+                    reg.observe("vllm:inter_token_latency_seconds", eng, now - req.last_token_at)
+                    req.last_token_at = now
                     if req.on_token is not None:
                         req.on_token(req, 1)
-                    if req.generated >= req.max_tokens:
-                        finished.append(req)
+                if req.generated >= req.max_tokens:
+                    finished.append(req)
         if emitted:
             self.output_steps += 1
             reg.observe("vllm:iteration_tokens_total", eng, float(iteration_tokens))
@@ -306,6 +442,77 @@ class Engine:
             self._finish(req, "abort", now)
         self._preempt_if_full()
         self._publish()
+
+    def _credit_prompt(self, req):
+        reg = self.server.reg
+        req.prompt_credited = True
+        reg.inc("vllm:prompt_tokens_total", self.index, req.prompt_tokens)
+        reg.inc("vllm:prompt_tokens_by_source_total", self.index, req.prompt_tokens, (("source", "local_compute"),))
+
+    def _first_token(self, req, now):
+        reg = self.server.reg
+        if not req.prompt_credited:
+            self._credit_prompt(req)
+        req.generated = 1
+        req.first_token_at = now
+        req.last_token_at = now
+        reg.inc("vllm:generation_tokens_total", self.index)
+        reg.observe("vllm:time_to_first_token_seconds", self.index, now - req.arrival)
+        if req.on_token is not None:
+            req.on_token(req, 1)
+
+    # -- field failures ---------------------------------------------------------------------
+    def _stall_now(self, now):
+        stall = self.decode_stall
+        if stall is not None and now >= stall["until"]:
+            self.decode_stall = stall = None
+        return stall
+
+    def _maybe_give_up(self, req, stall, now):
+        """A load-generator client waiting ``abort_after`` s for a token aborts its request."""
+        limit = stall["abort_after"]
+        if limit <= 0 or req.kind != "load" or req.aborted:
+            return
+        since = req.last_token_at if req.generated > 0 else req.prefill_done_at
+        if since is not None and now - since >= limit:
+            self.stall_aborts += 1
+            self.abort(req)
+
+    @staticmethod
+    def _reprefill_stop(req):
+        """Where the looping request's prefill stops: about 99 % of what it must compute."""
+        return max(1, int(req.prefill_target * 0.99))
+
+    def _reprefill_schedule(self, now):
+        """Pick the looping request (the head) and preempt it when its prefill reached 99 %.
+
+        Returns ``(victim, preempted_now)``.
+        """
+        victim = self.reprefill_victim
+        if victim is None or not (victim in self.running or victim in self.waiting):
+            victim = next(iter(self.running), None)
+            if victim is None:
+                victim = next((r for r in self.waiting if not (r.deferred_until and r.deferred_until > now)), None)
+                if victim is not None:
+                    # it heads the queue from now on
+                    self.waiting.remove(victim)
+                    self.waiting.appendleft(victim)
+            self.reprefill_victim = victim
+        if victim is None or victim not in self.running:
+            return victim, None
+        if victim.prefilled < self._reprefill_stop(victim):
+            return victim, None
+        # scheduling its next chunk finds no free KV block: it preempts itself (recompute)
+        self.running.remove(victim)
+        victim.preemptions += 1
+        victim.prefill_target = victim.prompt_tokens + max(victim.generated - 1, 0)
+        victim.prefilled = 0
+        victim.requeue_until = now + self.reprefill["requeue_seconds"]
+        self.waiting.appendleft(victim)
+        self.reprefill_cycles += 1
+        if self.reprefill["count_preemptions"]:
+            self.server.reg.inc("vllm:num_preemptions_total", self.index)
+        return victim, victim
 
     def _finish(self, req, reason, now):
         reg = self.server.reg
@@ -393,4 +600,13 @@ class Engine:
             },
             "prefilling": sum(1 for r in self.running if r.prefilled < r.prefill_target),
             "last_step_at": self.last_step_at,
+            "pause": self.pause,
+            "mode": self.mode(),
+            "decode_stall": None if self.decode_stall is None else {
+                "seconds": self.decode_stall["seconds"], "abort_after": self.decode_stall["abort_after"],
+                "since": self.decode_stall["since"]},
+            "stall_aborts": self.stall_aborts,
+            "reprefill": self.reprefill,
+            "reprefill_cycles": self.reprefill_cycles,
+            "reprefill_victim_prefilled": None if self.reprefill_victim is None else self.reprefill_victim.prefilled,
         }

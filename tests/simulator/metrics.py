@@ -11,6 +11,11 @@ order are taken from two real captures of vLLM 0.32.0 (copied into ``templates/`
   ``_sum`` before the buckets, then gauges; the "mostrecent" gauges have no sample
   until the engine first reports).
 
+``vllm-0.32-rl-weight-metrics.prom`` holds the two RL weight-transfer families
+(``vllm/entrypoints/rl/online/metrics.py``), as vLLM 0.32's own code renders them with
+prometheus_client.  vLLM registers them lazily, on the first weight operation, so they
+exist only once a server has had one (``Registry.rl_enabled``) and come last.
+
 Values are rendered from a :class:`Registry` the engine updates, with numbers
 formatted exactly as prometheus_client does (``floatToGoString``) and labels sorted by
 name, as prometheus_client writes them.  Pure standard library.
@@ -24,6 +29,10 @@ from pathlib import Path
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 SINGLE_TEMPLATE = TEMPLATE_DIR / "vllm-0.32-single.prom"
 MULTIPROCESS_TEMPLATE = TEMPLATE_DIR / "vllm-0.32-multiprocess.prom"
+RL_TEMPLATE = TEMPLATE_DIR / "vllm-0.32-rl-weight-metrics.prom"
+RL_DURATION = "vllm:rl_weight_update_operation_duration_seconds"
+RL_IN_FLIGHT = "vllm:rl_weight_update_operations_in_flight"
+RL_OPERATIONS = ("init", "shutdown", "start", "start_draft", "update", "finish")   # metrics.Operation
 
 TEXT_CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -232,6 +241,21 @@ class Spec:
             if name not in mp_order:
                 insert_after(mp_order, lambda f: f.type in ("histogram", "summary"), name)
         self.multiprocess = [self.by_name[n] for n in mp_order]
+        # The RL weight-transfer families: children (operation=...) appear as operations run.
+        self.rl = parse_template(RL_TEMPLATE.read_text(encoding="utf-8"))
+        for fam in self.rl:
+            fam.group = "rl"
+            fam.dynamic = True
+            fam.children = []
+            self.by_name[fam.name] = fam
+        rl_hist = [f for f in self.rl if f.type == "histogram"]
+        rl_other = [f for f in self.rl if f.type != "histogram"]
+        self.single_rl = self.single + self.rl
+        # Multiprocess: the histogram's samples live in the histogram_<pid>.db file, after the
+        # histograms written before it; the livesum gauge has its own gauge_livesum_<pid>.db
+        # file, whose place in the directory listing is not knowable: put it last.
+        last_hist = max(i for i, f in enumerate(self.multiprocess) if f.type in ("histogram", "summary"))
+        self.multiprocess_rl = self.multiprocess[:last_hist + 1] + rl_hist + self.multiprocess[last_hist + 1:] + rl_other
 
     @classmethod
     def get(cls):
@@ -295,8 +319,9 @@ class Registry:
         self.engines = engines
         self.values = {}
         self.created = {}
-        self.dynamic_children = {name: [] for name in DYNAMIC_FAMILIES}
+        self.dynamic_children = {name: [] for name in DYNAMIC_FAMILIES + (RL_DURATION, RL_IN_FLIGHT)}
         self.reported = set()   # engines that published stats at least once
+        self.rl_enabled = False  # the RL weight-transfer families are registered (first operation)
         t = time.time() if created_at is None else created_at
         for fam in self.spec.single:
             if fam.dynamic:
@@ -372,6 +397,26 @@ class Registry:
         self.values[("http_request_duration_seconds", None, (("handler", handler), ("method", method)))].observe(duration)
         self.values[("http_request_duration_highr_seconds", None, ())].observe(duration)
 
+    # -- RL weight-transfer operations (entrypoints/rl/online/metrics.py) --------------------
+
+    def rl_set_in_flight(self, operation, value):
+        """``in_flight.labels(operation).inc()/.dec()``: the gauge child exists from the first op on."""
+        self.rl_enabled = True
+        key = (RL_IN_FLIGHT, None, (("operation", operation),))
+        if key not in self.values:
+            self.dynamic_children[RL_IN_FLIGHT].append(key[2])
+        self.values[key] = float(value)
+
+    def rl_observe(self, operation, duration, now=None):
+        """``duration.labels(operation).observe()`` when an operation ends (its child is created then)."""
+        self.rl_enabled = True
+        key = (RL_DURATION, None, (("operation", operation),))
+        if key not in self.values:
+            self.values[key] = Hist(self.spec.by_name[RL_DURATION].bounds)
+            self.created[key] = time.time() if now is None else now
+            self.dynamic_children[RL_DURATION].append(key[2])
+        self.values[key].observe(duration)
+
 
 def _labelstr(pairs):
     if not pairs:
@@ -417,7 +462,10 @@ class Renderer:
 
     def render(self, reg, multiprocess=False, log_stats=True, openmetrics=False):
         spec = reg.spec
-        families = spec.multiprocess if multiprocess else spec.single
+        if reg.rl_enabled:
+            families = spec.multiprocess_rl if multiprocess else spec.single_rl
+        else:
+            families = spec.multiprocess if multiprocess else spec.single
         out = []
         emit = out.append
         for fam in families:

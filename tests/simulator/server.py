@@ -9,10 +9,11 @@ import random
 import secrets
 import ssl
 import time
+from urllib.parse import parse_qsl
 
 from .engine import Engine, RequestFailed, SimRequest
 from .httpd import Response, end_chunks, serve_connection, write_chunk
-from .metrics import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Registry, Renderer
+from .metrics import OPENMETRICS_CONTENT_TYPE, RL_OPERATIONS, TEXT_CONTENT_TYPE, Registry, Renderer
 
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "away")
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
@@ -23,7 +24,13 @@ STATES = (
     "normal", "hang", "resume", "restart", "dead", "stop", "sleep", "wake",
     "no_metrics", "metrics_html", "metrics_garbage", "metrics_huge", "metrics_trickle", "metrics_redirect",
     "metrics_normal", "slow_metrics", "slow_health", "disable_log_stats", "multiprocess", "v0_idle_ticks",
+    "weight_update", "decode_stall", "reprefill_loop", "pause_answer",
 )
+PAUSE_MODES = ("abort", "wait", "keep")           # vllm.v1.engine.PauseMode
+# pydantic's bool parsing of a query parameter (clear_cache), case-insensitive
+PYDANTIC_TRUE = ("1", "on", "t", "true", "y", "yes")
+PYDANTIC_FALSE = ("0", "off", "f", "false", "n", "no")
+DEV_ROUTES = {"/pause": ("POST",), "/resume": ("POST",), "/is_paused": ("GET",)}
 
 
 @dataclasses.dataclass
@@ -60,6 +67,7 @@ class ServerConfig:
     openmetrics: bool = True          # honour Accept: application/openmetrics-text on /metrics
     process_age: float = 0.0          # seconds: the first process reports it started this long ago
     hang_after_restart: bool = False  # a restart that does not help: every new process hangs at once
+    dev_mode: bool = False            # VLLM_SERVER_DEV_MODE=1: POST /pause, POST /resume, GET /is_paused
 
     RESTART_FIELDS = ("engines", "model", "tls")
 
@@ -178,6 +186,9 @@ class SimServer:
         self.reg = None
         self.renderer = None
         self.created_at = time.time()
+        self.weight_ops = {}       # operation -> start times of the ones in flight (this process)
+        self.pause_answer = None   # {"status", "body", "content_type", "delay"}: what /is_paused says
+        self.sticky_faults = []    # (engine index or None, state, params) re-applied to every new process
 
     # -- process lifecycle ---------------------------------------------------------------
     def _new_process(self, load_seconds=0.0):
@@ -192,8 +203,12 @@ class SimServer:
         for eng in self.engines:
             eng.start()
         self.http_handled = 0
+        self.weight_ops = {}
         if self.sleep_level:
             self._set_sleep_gauges()
+        for index, state, params in self.sticky_faults:
+            for eng in self.engines if index is None else self.engines[index:index + 1]:
+                self._apply_fault(eng, state, params)
 
     def ssl_context(self):
         if not self.config.tls:
@@ -300,6 +315,44 @@ class SimServer:
     def accepting(self):
         return self.status == "listening" and not self.dead
 
+    def weight_operations_in_flight(self):
+        return sum(len(starts) for starts in self.weight_ops.values())
+
+    def set_weight_operations(self, operations):
+        """What ``WeightOperationMetrics.record`` does as operations start (inc) and end (dec, observe)."""
+        if not isinstance(operations, dict):
+            raise ValueError("operations must be an object like {\"update\": 1}")
+        wanted = {}
+        for op, count in operations.items():
+            if op not in RL_OPERATIONS:
+                raise ValueError(f"unknown weight operation {op!r}; known: {list(RL_OPERATIONS)}")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError("each operation count must be an integer >= 0")
+            wanted[op] = count
+        if self.config.flavor == "v0":
+            raise ValueError("flavor v0 (vLLM 0.6) has no RL weight-transfer API")
+        now = time.time()
+        for op in list(wanted) + [o for o in self.weight_ops if o not in wanted]:
+            want = wanted.get(op, 0)
+            starts = self.weight_ops.setdefault(op, [])
+            if want != len(starts):
+                while len(starts) < want:
+                    starts.append(now)          # in_flight.inc()
+                while len(starts) > want:       # in_flight.dec(); duration.observe()
+                    self.reg.rl_observe(op, max(now - starts.pop(0), 0.0), now)
+                self.reg.rl_set_in_flight(op, want)
+            if not starts:
+                del self.weight_ops[op]
+        for eng in self.engines:
+            eng.kick()
+
+    @staticmethod
+    def _apply_fault(eng, state, params):
+        if state == "decode_stall":
+            eng.set_decode_stall(params.get("seconds", 0.0), params.get("abort_after", 5.0))
+        else:
+            eng.set_reprefill_loop(params.get("count_preemptions", True), params.get("requeue_seconds", 0.0))
+
     # -- states --------------------------------------------------------------------------
     def _engines_for(self, params):
         idx = params.get("engine")
@@ -322,6 +375,12 @@ class SimServer:
         if state == "normal":
             for eng in self.engines:
                 eng.hung = False
+                eng.pause = None
+                eng.clear_faults()
+            self.sticky_faults = []
+            self.pause_answer = None
+            if self.weight_ops:
+                self.set_weight_operations({})
             self.dead = False
             if self.sleep_level:
                 self.sleep_level = 0
@@ -389,6 +448,25 @@ class SimServer:
             self.config.v0_idle_ticks = float(params.get("seconds", 10.0))
             for eng in self.engines:
                 eng.wake.set()
+        elif state == "weight_update":
+            self.set_weight_operations(params.get("operations", {"update": 1}))
+        elif state in ("decode_stall", "reprefill_loop"):
+            engines = self._engines_for(params)
+            fault = {k: v for k, v in params.items() if k not in ("engine", "after_restart")}
+            known = {"decode_stall": {"seconds", "abort_after"},
+                     "reprefill_loop": {"count_preemptions", "requeue_seconds"}}[state]
+            if set(fault) - known:
+                raise ValueError(f"unknown parameter(s) {sorted(set(fault) - known)} for {state}; known: {sorted(known)}")
+            for eng in engines:
+                self._apply_fault(eng, state, fault)
+            if params.get("after_restart"):
+                index = None if params.get("engine") is None else int(params["engine"])
+                self.sticky_faults.append((index, state, fault))
+        elif state == "pause_answer":
+            self.pause_answer = {"status": int(params.get("status", 200)),
+                                 "body": str(params.get("body", '{"is_paused":true}')),
+                                 "content_type": str(params.get("content_type", "application/json")),
+                                 "delay": float(params.get("delay", 0.0))}
         else:
             raise ValueError(f"unknown state {state!r}; known: {list(STATES)}")
 
@@ -524,6 +602,8 @@ class SimServer:
             "/health": ("GET",), "/ping": ("GET", "POST"), "/load": ("GET",), "/version": ("GET",),
             "/v1/models": ("GET",), "/v1/completions": ("POST",), "/v1/chat/completions": ("POST",),
         }
+        if cfg.dev_mode:
+            routes.update(DEV_ROUTES)
         if path not in routes:
             return Response.json({"detail": "Not Found"}, status=404), "none"
         if method not in routes[path]:
@@ -541,7 +621,77 @@ class SimServer:
             return Response.json({"version": cfg.resolved_version()}), path
         if path == "/v1/models":
             return Response.json(self._models_body()), path
+        if path in DEV_ROUTES:
+            return await self._dev_route(req, path), path
         return await self._completion(req, chat=path == "/v1/chat/completions"), path
+
+    # -- the pause API (dev mode, vllm/entrypoints/rl/online/api_router.py) ------------------
+    async def _engine_rpc(self, req):
+        """A utility RPC to every engine core: answered between steps, so never while one hangs.
+
+        Returns False when the client gave up first (the call itself stays queued, as in vLLM).
+        """
+        gone = False
+        while any(e.hung for e in self.engines):
+            await asyncio.sleep(0.05)
+            gone = gone or req.client_gone()
+        return not gone and not req.client_gone()
+
+    @staticmethod
+    def _validation_error(errors):
+        """FastAPI's 422 (JSONResponse: compact, ensure_ascii=False)."""
+        body = json.dumps({"detail": errors}, ensure_ascii=False, separators=(",", ":"))
+        return Response(422, body.encode("utf-8"), "application/json")
+
+    async def _dev_route(self, req, path):
+        engines = self.engines
+        if path == "/is_paused":
+            answer = self.pause_answer
+            if answer is not None:
+                if answer["delay"] > 0:
+                    await asyncio.sleep(answer["delay"])
+                return Response(answer["status"], answer["body"], answer["content_type"] or None)
+            if self.dead:
+                return Response.json({"error": f"Failed to fetch pause status: {ENGINE_DEAD_MESSAGE}"}, status=500)
+            if not await self._engine_rpc(req):
+                return Response(abort=True)
+            paused = self.sleep_level > 0 or any(e.pause is not None for e in engines)
+            return Response.json({"is_paused": paused})
+        if path == "/resume":
+            if self.dead:
+                return Response.json({"error": f"Failed to resume generation: {ENGINE_DEAD_MESSAGE}"}, status=500)
+            answered = await self._engine_rpc(req)
+            for eng in self.engines:
+                eng.set_pause(None)
+            return Response.json({"status": "resumed"}) if answered else Response(abort=True)
+        # /pause: query parameters validated as FastAPI does (the last value of a repeated one wins)
+        query = dict(parse_qsl(req.query, keep_blank_values=True))
+        mode = query.get("mode", "abort")
+        errors = []
+        if mode not in PAUSE_MODES:
+            errors.append({"type": "literal_error", "loc": ["query", "mode"],
+                           "msg": "Input should be 'abort', 'wait' or 'keep'", "input": mode,
+                           "ctx": {"expected": "'abort', 'wait' or 'keep'"}})
+        clear_cache = query.get("clear_cache")
+        if clear_cache is not None and clear_cache.lower() not in PYDANTIC_TRUE + PYDANTIC_FALSE:
+            errors.append({"type": "bool_parsing", "loc": ["query", "clear_cache"],
+                           "msg": "Input should be a valid boolean, unable to interpret input", "input": clear_cache})
+        if errors:
+            return self._validation_error(errors)
+        if self.dead:
+            return Response.json({"error": f"Failed to pause generation: {ENGINE_DEAD_MESSAGE}"}, status=500)
+        answered = await self._engine_rpc(req)
+        generation = self.generation
+        for eng in self.engines:
+            if mode == "abort":
+                eng.abort_all_for_pause()
+            eng.set_pause("all" if mode == "keep" else "new")
+        if mode != "keep":
+            # the call returns once every engine drained (wait: no timeout, as in vLLM)
+            while generation == self.generation and not all(e.drained() for e in self.engines):
+                await asyncio.sleep(0.02)
+                answered = answered and not req.client_gone()
+        return Response.json({"status": "paused"}) if answered and not req.client_gone() else Response(abort=True)
 
     def _models_body(self):
         now = int(time.time())
@@ -862,7 +1012,13 @@ class SimServer:
             "hung_engines": [e.index for e in self.engines if e.hung],
             "metrics_mode": self.metrics_mode, "slow_metrics": self.config.slow_metrics,
             "slow_health": self.config.slow_health, "multiprocess": self.config.multiprocess,
-            "disable_log_stats": self.config.disable_log_stats,
+            "disable_log_stats": self.config.disable_log_stats, "dev_mode": self.config.dev_mode,
+            "paused": sorted({e.pause for e in self.engines if e.pause is not None}),
+            "weight_operations": {op: len(starts) for op, starts in self.weight_ops.items()},
+            "pause_answer": self.pause_answer,
+            "decode_stall_engines": [e.index for e in self.engines if e.decode_stall is not None],
+            "reprefill_engines": [e.index for e in self.engines if e.reprefill is not None],
+            "after_restart": [{"engine": i, "state": st, **p} for i, st, p in self.sticky_faults],
         }
 
     def stats(self):

