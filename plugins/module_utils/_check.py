@@ -38,8 +38,9 @@ from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
 
 # The options that may differ per server; the others are shared.
 PER_SERVER = ('name', 'url', 'kind', 'api_key', 'model', 'probe_api')
-# Seconds a check waits for another check of the same server to let go of its progress memory.
-MEMORY_LOCK_TIMEOUT = 5.0
+# Seconds a check waits for another check of the same server to let go of its progress memory: none. The
+# other check holds it for its whole duration, and waiting would shift this check's reads in time.
+MEMORY_LOCK_TIMEOUT = 0.0
 
 
 def progress_file(state_dir, name):
