@@ -666,7 +666,7 @@ def _others(after, stuck, moved):
         parts.append('engine(s) %s had nothing in flight' % clip(', '.join(idle), 60))
     rest = len(others) - len(went) - len(idle)
     if rest:
-        parts.append('%d other engine(s) could not be judged' % rest)
+        parts.append('%d other engine(s) moved in the first wait only' % rest)
     return ' (%s)' % '; '.join(parts) if parts else ''
 
 
