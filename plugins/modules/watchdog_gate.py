@@ -428,17 +428,6 @@ def _process_start(verdict):
     return None
 
 
-def _parsed(lines):
-    """JSON lines as objects (a line that is not JSON is kept as its text)."""
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            out.append(line)
-    return out
-
-
 def _failed_restart(text):
     if text is None:
         return None
@@ -571,9 +560,12 @@ class Gate(object):
             'restart_method': item['restart_method'], 'verdict': verdict, 'service': out['service'],
             'decision': dict((k, v) for k, v in out.items() if k not in ('verdict', 'history')),
             'history': out.get('history'),
-            'recent_verdicts': _parsed(statedir.tail_lines(paths['verdicts'], 20)),
             'logs': logs,
         }
+        # A line of the history that was cut (a crash, a full disk) is named, never taken for a verdict.
+        evidence['recent_verdicts'], damaged = statedir.tail_json(paths['verdicts'], 20)
+        if damaged:
+            evidence['damaged_verdict_lines'] = damaged
         try:
             statedir.check_dir(paths['evidence'])
             stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())

@@ -269,3 +269,19 @@ def test_restarts_total_only_grows(tmp_path):
     gate_raw(state, {'state_dir': str(state), 'instances': stuck, 'textfile': str(textfile), 'startup_grace': 0,
                      'cooldown': 0})
     assert 'vllm_watchdog_restarts_total{vllm_instance="vllm"} 2' in textfile.read_text()
+
+
+def test_a_cut_verdict_line_loses_nothing_and_the_evidence_names_it(tmp_path):
+    state = tmp_path / 'state'
+    state.mkdir(mode=0o700)
+    verdicts = state / 'vllm.verdicts.jsonl'
+    verdicts.write_text('{"action": "none", "state": "busy", "time": "2026-12-01T11:42:15Z"}\n{"action": "no')
+    result = gate(state)
+    assert result['action'] == 'restart', result
+    lines = verdicts.read_text().splitlines()
+    assert lines[1] == '{"action": "no'  # the cut line stays as it was, on its own line
+    record = json.loads(lines[2])  # the restart's own record is whole and readable
+    assert (record['state'], record['action']) == ('stuck', 'restart')
+    evidence = json.loads(open(result['instances'][0]['evidence_file']).read())
+    assert [(v['state'], v['action']) for v in evidence['recent_verdicts']] == [('busy', 'none'), ('stuck', 'restart')]
+    assert evidence['damaged_verdict_lines'] == ['%s line 2 is not a JSON object: %r' % (verdicts, '{"action": "no')]
