@@ -32,7 +32,8 @@ options:
   settings:
     description:
       - The role's check and guard-rail settings (C(interval), C(probe_timeout), C(metrics_timeout), C(startup_grace),
-        C(cooldown), C(max_restarts), C(restart_window), C(unknown_limit), C(ready_timeout), C(ready_delay)). When
+        C(cooldown), C(max_restarts), C(restart_window), C(unknown_limit), C(command_timeout), C(ready_timeout),
+        C(ready_delay)). When
         given, they and every instance are checked (the role's preflight), and an error names what is wrong.
     type: dict
 '''
