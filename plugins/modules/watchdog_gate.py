@@ -326,7 +326,10 @@ ansible_facts:
   returned: with O(host) and O(instances)
   type: dict
 textfile_error:
-  description: Why O(textfile) could not be written (null when it was, or was not asked for).
+  description:
+    - Why O(textfile) could not be written (null when it was, or was not asked for). The module also warns with it, and
+      each result of RV(ansible_facts) carries it (C(textfile_error)); the P(modelops.vllm.watchdog#role) role puts it
+      in its summary and fails the host unless C(vllm_watchdog_textfile_required) is false.
   returned: with O(instances)
   type: str
   sample: null
@@ -747,11 +750,14 @@ def main():
         try:
             statedir.write_text(p['textfile'], textfile_metrics(results, time.time()), mode=0o644)
         except (statedir.StateError, OSError) as exc:
-            textfile_error = 'the textfile %s could not be written: %s' % (p['textfile'], exc)
+            textfile_error = ('the textfile %s could not be written (%s): Prometheus gets no vllm_watchdog_* metric '
+                              'from this host, so no alert can fire on it' % (p['textfile'], exc))
+            # Never silent: a metric that never exists cannot alert on its absence.
+            module.warn(textfile_error)
     facts = {}
     if p['host']:
-        facts['vllm_watchdog_results'] = watchdog_results({'instances': results}, p['host'], items,
-                                                          check_mode=module.check_mode)
+        facts['vllm_watchdog_results'] = watchdog_results({'instances': results, 'textfile_error': textfile_error},
+                                                          p['host'], items, check_mode=module.check_mode)
     module.exit_json(changed=False, instances=results, textfile_error=textfile_error, ansible_facts=facts)
 
 

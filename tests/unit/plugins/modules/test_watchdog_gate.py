@@ -285,3 +285,16 @@ def test_a_cut_verdict_line_loses_nothing_and_the_evidence_names_it(tmp_path):
     evidence = json.loads(open(result['instances'][0]['evidence_file']).read())
     assert [(v['state'], v['action']) for v in evidence['recent_verdicts']] == [('busy', 'none'), ('stuck', 'restart')]
     assert evidence['damaged_verdict_lines'] == ['%s line 2 is not a JSON object: %r' % (verdicts, '{"action": "no')]
+
+
+def test_a_textfile_that_cannot_be_written_is_said_in_the_result_a_warning_and_the_facts(tmp_path):
+    state = tmp_path / 'state'
+    textfile = tmp_path / 'missing-dir' / 'vllm_watchdog.prom'
+    result = gate_raw(state, {'state_dir': str(state), 'host': 'gb10-01', 'textfile': str(textfile),
+                              'instances': [{'name': 'vllm', 'verdict': {'state': 'idle', 'reason': 'ok'}}]})
+    assert not result.get('failed'), result
+    assert str(textfile) in result['textfile_error'] and 'No such file' in result['textfile_error']
+    assert result['textfile_error'] in json.dumps(result['warnings'])  # ansible-core 2.19's warning records
+    facts = result['ansible_facts']['vllm_watchdog_results']
+    assert [f['textfile_error'] for f in facts] == [result['textfile_error']]
+    assert not textfile.parent.exists()  # never created behind the operator's back
