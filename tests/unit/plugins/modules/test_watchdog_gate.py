@@ -298,3 +298,31 @@ def test_a_textfile_that_cannot_be_written_is_said_in_the_result_a_warning_and_t
     facts = result['ansible_facts']['vllm_watchdog_results']
     assert [f['textfile_error'] for f in facts] == [result['textfile_error']]
     assert not textfile.parent.exists()  # never created behind the operator's back
+
+
+def test_the_key_never_reaches_the_evidence_the_history_or_the_result(tmp_path):
+    """vLLM's start-up line carries the key (``'api_key': [...]``); so can a reason, a log line, a failure."""
+    key = 'sk-gate-%s' % os.urandom(6).hex()
+    other = 'sk-unconfigured-%s' % os.urandom(6).hex()  # not configured here, but spelled as vLLM spells a key
+    log = ("INFO 12-01 11:02:03 [utils.py:233] non-default args: {'model': '/models/tiny', 'api_key': ['%s'], "
+           "'port': 8000}\nINFO started with --api-key %s\nDEBUG Authorization: Bearer %s" % (key, other, other))
+    state = tmp_path / 'state'
+    logfile = tmp_path / 'vllm.log'  # the service's log, as journalctl or docker logs would print it
+    logfile.write_text(log + '\n')
+    instance = {'name': 'vllm', 'restart_method': 'command', 'api_key': key, 'logs_command': ['cat', str(logfile)],
+                'verdict': {'state': 'stuck', 'reason': 'frozen (key %s)' % key,
+                            'evidence': {'notes': ['probe sent with Authorization: Bearer %s' % key]}}}
+    result = gate_raw(state, {'state_dir': str(state), 'host': 'gb10-01', 'instances': [instance]})
+    assert result['instances'][0]['action'] == 'restart', result
+    evidence = open(result['instances'][0]['evidence_file']).read()
+    assert 'non-default args' in evidence and 'started with --api-key' in evidence  # the log is kept ...
+    failed = gate_raw(state, {'state_dir': str(state), 'record_failure': {
+        'name': 'vllm', 'error': 'restart: vllm serve --api-key %s exited 1' % other}})
+    logfile.unlink()
+    for answer in (result, failed):
+        answer.pop('invocation')  # what the test gave it, as given
+    everything = '\n'.join([json.dumps(result), json.dumps(failed)] + [
+        path.read_text() for path in state.rglob('*') if path.is_file()])  # the gate's files
+    for secret in (key, other):  # ... and no key anywhere
+        assert secret not in everything
+        assert secret[3:] not in everything
