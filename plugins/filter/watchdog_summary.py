@@ -16,7 +16,7 @@ description:
     the restarted, failed and unreachable host/instance pairs, one line per host and instance, and a headline.
   - A host that did not answer is counted as V(unreachable), never as healthy.
   - A host whose node_exporter textfile could not be written (a result's C(textfile_error)) gets a line of its own,
-    and the headline names it: without the file Prometheus has no C(vllm_watchdog_*) metric of that host, and no
+    and the headline names it. Without the file Prometheus has no C(vllm_watchdog_*) metric of that host, and no
     alert on the watchdog can fire for it.
 options:
   _input:
@@ -54,7 +54,7 @@ _value:
       type: list
       elements: str
     textfile_errors:
-      description: C(<host>: <why>) for every host whose textfile could not be written.
+      description: For every host whose textfile could not be written, C(<host>) and why, as one string.
       type: list
       elements: str
     lines:

@@ -150,10 +150,10 @@ ready:
       C(new_process)); null when not waited.
     - Ready means C(/health) 200 and the model in C(/v1/models), answered by a new process. When a process answered
       C(/metrics) before the restart (read by the module before its commands, else O(old_reading) or
-      O(old_start_time)), the new one must be told apart from it by a signal the check uses: a changed
+      O(old_start_time)), the new one must be told apart from it by a signal the check uses, a changed
       C(process_start_time_seconds), a changed C(*_created) value, or a counter that went down (a new process counts
       from zero). C(new_process) says which. Where none can tell (vLLM with C(--api-server-count) above 1 reports no
-      start time, and a process whose counters are all zero looks like a new one), the restart is not confirmed: the
+      start time, and a process whose counters are all zero looks like a new one), the restart is not confirmed, and the
       task fails when O(ready_timeout) is over, as it does for a restart command that restarted nothing. When nothing
       answered C(/metrics) before the restart, any process that answers counts as the new one (C(new_process) null).
   returned: always

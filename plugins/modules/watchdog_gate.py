@@ -100,8 +100,8 @@ options:
         description:
           - The instance's API key (C(--api-key)), never used to send anything here and never logged. The gate masks
             it, in every spelling, in everything it keeps or returns (the verdict history, the evidence with the
-            service's log, its result), as it masks vLLM's own spellings of any key (C('api_key': [...]) in vLLM's
-            start-up line, C(--api-key ...), C(Authorization: Bearer ...)).
+            service's log, its result), as it masks vLLM's own spellings of any key (the C(api_key) of vLLM's start-up
+            line C(non-default args), C(--api-key ...), an C(Authorization) header).
         type: str
   results_file:
     description:
