@@ -396,8 +396,9 @@ async def _receive(request: web.Request) -> web.Response:
     alerts = [event["alert"] for event in events if "alert" in event]
     described = ", ".join(_describe(alert) for alert in alerts[:20]) + (
         " and %d more" % (len(alerts) - 20) if len(alerts) > 20 else "")
-    LOG.info("alertmanager: %d alert(s) received on /%s from %s: %s", len(alerts), _text(endpoint, 200),
-             request.remote, described or "none")
+    if alerts or not refused:
+        LOG.info("alertmanager: %d alert(s) received on /%s from %s: %s", len(alerts), _text(endpoint, 200),
+                 request.remote, described or "none")
     # Bounded: the events of this notification wait here until the rule engine's queue takes each.
     settings["pending"] += len(events)
     left = len(events)
