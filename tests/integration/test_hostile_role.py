@@ -588,8 +588,8 @@ def test_a_restart_that_changed_nothing_without_a_start_time_is_red_and_a_real_o
     if not first.get('restarted') or first.get('failed'):
         look_alike.append('a real restart without a start time was not confirmed: %s' % first.get('line'))
     if sim.get(real['id'])['restarts'] != 1 or marks.count('restart-for-real') != 1:
-        look_alike.append('restarted %d times (%d attempts), expected once' % (sim.get(real['id'])['restarts'],
-                                                                                marks.count('restart-for-real')))
+        look_alike.append('restarted %d times (%d attempts), expected once'
+                          % (sim.get(real['id'])['restarts'], marks.count('restart-for-real')))
     second = instance_result(host_result(runs[1], 'gb10-hostile'), 'restart-for-real') or {}
     if second.get('failed'):
         look_alike.append('run 2: the restarted server is red: %s' % second.get('line'))

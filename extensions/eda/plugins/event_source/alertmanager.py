@@ -486,8 +486,8 @@ async def _no_traceback(request: web.Request, handler):
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - any other failure is a bad request, answered and logged in one line
-        return _refuse(request, 400, "the request could not be handled: %s: %s" % (type(exc).__name__,
-                                                                                     _text(str(exc), 200)))
+        why = "%s: %s" % (type(exc).__name__, _text(str(exc), 200))
+        return _refuse(request, 400, "the request could not be handled: %s" % why)
 
 
 async def main(queue: Any, args: dict) -> None:
