@@ -51,7 +51,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 
-KEYS = ('name', 'kind', 'restart_method', 'service', 'compose_project_dir', 'status_command', 'logs_command')
+# The api_key goes to the gate (a no_log option) so that it masks the key wherever it appears in what it keeps.
+KEYS = ('name', 'kind', 'restart_method', 'service', 'compose_project_dir', 'status_command', 'logs_command', 'api_key')
 
 
 def watchdog_gate_instances(instances, host=None, servers=None, missing=None):

@@ -33,7 +33,7 @@ options:
     description:
       - The role's check and guard-rail settings (C(interval), C(probe_timeout), C(metrics_timeout), C(startup_grace),
         C(cooldown), C(max_restarts), C(restart_window), C(unknown_limit), C(paused_limit), C(stall_window),
-        C(ready_timeout), C(ready_delay)). When
+        C(command_timeout), C(ready_timeout), C(ready_delay)). When
         given, they and every instance are checked (the role's preflight), and an error names what is wrong.
     type: dict
 '''

@@ -15,6 +15,9 @@ description:
   - Takes the C(vllm_watchdog_results) of every host (flattened into one list) and returns the counts per verdict,
     the restarted, failed and unreachable host/instance pairs, one line per host and instance, and a headline.
   - A host that did not answer is counted as V(unreachable), never as healthy.
+  - A host whose node_exporter textfile could not be written (a result's C(textfile_error)) gets a line of its own,
+    and the headline names it. Without the file Prometheus has no C(vllm_watchdog_*) metric of that host, and no
+    alert on the watchdog can fire for it.
 options:
   _input:
     description: The results, each a dict with at least C(host), C(instance), C(state), C(restarted), C(failed), C(line).
@@ -50,8 +53,12 @@ _value:
       description: The hosts that did not answer (or failed before a verdict).
       type: list
       elements: str
+    textfile_errors:
+      description: For every host whose textfile could not be written, C(<host>) and why, as one string.
+      type: list
+      elements: str
     lines:
-      description: One line per host and instance.
+      description: One line per host and instance, then one per host whose textfile could not be written.
       type: list
       elements: str
     headline:
@@ -76,6 +83,7 @@ def watchdog_summary(results):
     failed = []
     unreachable = []
     lines = []
+    textfile = {}
     for item in results:
         if not isinstance(item, dict):
             raise AnsibleFilterError('watchdog_summary expects dicts, got %s' % type(item).__name__)
@@ -89,12 +97,18 @@ def watchdog_summary(results):
         if _truthy(item.get('unreachable')) and item.get('host') not in unreachable:
             unreachable.append(item.get('host'))
         lines.append(' '.join(str(item.get('line') or who).split()))
+        if item.get('textfile_error'):
+            textfile.setdefault(str(item.get('host')), ' '.join(str(item['textfile_error']).split()))
+    textfile_errors = ['%s: %s' % (host, why) for host, why in textfile.items()]
+    lines.extend('%s/*: watchdog: TEXTFILE NOT WRITTEN - %s' % (host, why) for host, why in textfile.items())
     ordered = ', '.join('%d %s' % (counts[k], k) for k in sorted(counts, key=lambda k: (-counts[k], k)))
     headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s; unreachable hosts: %s' % (
         len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none',
         ', '.join(str(h) for h in unreachable) or 'none')
+    if textfile:
+        headline += '; textfile not written: %s' % ', '.join(textfile)
     return {'counts': counts, 'restarted': restarted, 'failed': failed, 'unreachable': unreachable, 'lines': lines,
-            'headline': headline}
+            'textfile_errors': textfile_errors, 'headline': headline}
 
 
 class FilterModule(object):

@@ -177,8 +177,9 @@ def iter_samples(text, wanted=None):
         if keep is not None and not keep(name):
             continue
         labels = () if raw_labels is None else _parse_labels(raw_labels, line_no, line)
-        # The hash of the series, not the series: a body of many series must not be kept twice in memory.
-        key = hash((name, raw_labels) if len(labels) < 2 else (name, tuple(sorted(labels))))
+        # The hash of the parsed series, not its text: ``x`` and ``x{}``, ``x{a="b"}`` and ``x{a="b",}`` are one
+        # series. The hash, not the series: a body of many series must not be kept twice in memory.
+        key = hash((name, labels if len(labels) < 2 else tuple(sorted(labels))))
         if key in seen:
             raise ExpositionError(line_no, 'the same series appears twice', line)
         seen.add(key)

@@ -2,14 +2,23 @@
 # Copyright (c) modelops.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Secrets out of everything a check returns.
+"""Secrets out of everything the collection keeps or prints: the one redaction.
 
-Private to this collection. Ansible's ``no_log`` masks an option's exact value
-in what the module returns; an exception message can carry the same secret
-escaped (``repr`` turns a newline into ``\\n``), JSON-encoded or URL-quoted, and
-those forms pass ``no_log`` untouched. ``forms`` lists every spelling of each
-secret, longest first, and ``redact`` replaces them all, in every string of a
-result, keys included.
+Private to this collection. Every result of a module, every line of the verdict history and every
+evidence file (the verdict, the decision, the service's log tail, and whatever later evidence is
+added to it) goes through ``redact`` before it is returned or written.
+
+Two kinds of secrets are masked, in every string of a value, keys included:
+
+* the configured ones. Ansible's ``no_log`` masks an option's exact value in what the module
+  returns; an exception message can carry the same secret escaped (``repr`` turns a newline into
+  ``\\n``), JSON-encoded or URL-quoted, and those forms pass ``no_log`` untouched. ``forms`` lists
+  every spelling of each secret, longest first;
+* vLLM's own spellings of a key, configured here or not, as a service's log or a command line
+  shows them: the start-up line ``non-default args: {... 'api_key': ['...'] ...}`` (and
+  ``hf_token``), ``--api-key ...`` / ``--api-key=...`` (and ``--hf-token``), ``VLLM_API_KEY=...``,
+  ``HF_TOKEN=...``, and an ``Authorization: Bearer ...`` (or ``Basic``) header. The value after
+  the name is masked, whatever it is.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -17,6 +26,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 
 from urllib.parse import quote, quote_plus
 
@@ -42,15 +52,32 @@ def secrets_of(spec):
     return forms([spec.get('api_key')] + url_secrets(spec.get('url')))
 
 
-def redact(value, spellings):
-    """``value`` (str, list, tuple, dict, or anything else) with every spelling replaced by MASK."""
-    if not spellings:
-        return value
+# A name of a secret as vLLM, its command line or its environment spell it, with what separates it from its value:
+# 'api_key': / "api_key"= / api_key: ; --api-key / --api-key= ; VLLM_API_KEY= ; Authorization: Bearer (quotes
+# around the name or the header may be escaped, as in a log line that holds JSON).
+_Q = r'(?:\\{0,2}["\'])?'
+_NAME = (r'(?:' + _Q + r'(?:api_key|hf_token)' + _Q + r'\s*[:=]\s*'
+         r'|--(?:api-key|hf-token)(?:\s*=\s*|\s+)'
+         r'|\b(?:VLLM_API_KEY|OPENAI_API_KEY|HF_TOKEN|HUGGING_FACE_HUB_TOKEN)\s*[:=]\s*'
+         r'|authorization' + _Q + r'\s*[:=]\s*' + _Q + r'\s*(?:bearer|basic)\s+)')
+# Its value: a list, a quoted string (its quotes maybe escaped), or a bare word.
+_VALUE = r'(?:\[[^\]]*\]?|\\?"[^"\\]*(?:\\[^"][^"\\]*)*(?:\\?")?|\\?\'[^\'\\]*(?:\\[^\'][^\'\\]*)*(?:\\?\')?|[^\s,;\'"}\]\\]+)'
+_SPELLED = re.compile(r'(' + _NAME + r')' + _VALUE, re.I)
+
+
+def redact_text(text, spellings=()):
+    """``text`` with every spelling of the configured secrets, and every value vLLM spells as a key, masked."""
+    for spelling in spellings or ():
+        if spelling in text:
+            text = text.replace(spelling, MASK)
+    return _SPELLED.sub(lambda match: match.group(1) + MASK, text)
+
+
+def redact(value, spellings=()):
+    """``value`` (str, list, tuple, dict, or anything else) with every secret in its strings masked (``redact_text``):
+    the configured ones (``spellings``, from ``forms``) and vLLM's own spellings of a key."""
     if isinstance(value, str):
-        for spelling in spellings:
-            if spelling in value:
-                value = value.replace(spelling, MASK)
-        return value
+        return redact_text(value, spellings)
     if isinstance(value, dict):
         return dict((redact(k, spellings), redact(v, spellings)) for k, v in value.items())
     if isinstance(value, (list, tuple)):

@@ -36,7 +36,8 @@ def _line(result):
 def _one(host, instance, **values):
     result = {'host': host, 'instance': instance.get('name'), 'url': display_url(instance.get('url')),
               'state': 'unknown', 'reason': '', 'action': 'none', 'decision': '', 'restarted': False, 'after': None,
-              'after_reason': None, 'failed': False, 'unreachable': False, 'evidence_file': None}
+              'after_reason': None, 'failed': False, 'unreachable': False, 'evidence_file': None,
+              'textfile_error': None}
     result.update(values)
     result['line'] = ' '.join(_line(result).split())
     return result
@@ -55,6 +56,8 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
                               'restarted by this role; look at it, or power-cycle it '
                               '(vllm_watchdog_unreachable_command)') for i in instances]
     decided = dict((d.get('name'), d) for d in gate.get('instances') or [] if isinstance(d, dict))
+    # The host's node_exporter textfile (one per host) that could not be written: every instance of the host says it.
+    textfile_error = gate.get('textfile_error') or None
     out = []
     for instance in instances:
         decision = decided.get(instance.get('name'))
@@ -65,7 +68,8 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
         action = decision.get('action') or 'none'
         outcome = done.get(instance.get('name')) or {}
         values = {'state': decision.get('state') or 'unknown', 'reason': decision.get('reason') or '',
-                  'decision': decision.get('decision') or '', 'evidence_file': decision.get('evidence_file')}
+                  'decision': decision.get('decision') or '', 'evidence_file': decision.get('evidence_file'),
+                  'textfile_error': textfile_error}
         if action == 'restart':
             if check_mode:
                 values.update(action='would restart (check mode)')

@@ -20,6 +20,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
+import signal
 import subprocess
 
 METHODS = ('systemd', 'docker', 'compose', 'command')
@@ -165,17 +167,35 @@ def service_status(run, method, service=None, compose_project_dir=None, command=
 
 def run_argv(argv, timeout=60, env=None, keep=MAX_OUTPUT):
     """Run one command: (rc, stdout, stderr), the outputs cut to their last ``keep`` characters.
-    rc is None when it could not run (not found, or still running after ``timeout`` seconds)."""
+    rc is None when it could not run (not found, or still running after ``timeout`` seconds). A command still
+    running then is killed with every process it started (it runs in a process group of its own), so a restart
+    script that hangs in a child leaves nothing behind and never holds the run past ``timeout``."""
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        return None, '', 'still running after %s s (stopped)' % timeout
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, start_new_session=True)
     except (OSError, ValueError) as exc:
         return None, '', '%s: %s' % (type(exc).__name__, exc)
-    out = proc.stdout[-keep:].decode('utf-8', 'replace')
-    err = proc.stderr[-keep:].decode('utf-8', 'replace')
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return None, '', 'still running after %s s (stopped)' % timeout
+    out = stdout[-keep:].decode('utf-8', 'replace')
+    err = stderr[-keep:].decode('utf-8', 'replace')
     return proc.returncode, out, err
+
+
+def _kill_group(proc):
+    """SIGKILL to the command's process group, then reap it (its pipes closed, not read to their end: a process
+    that left the group may still hold them)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        proc.kill()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    proc.wait()
 
 
 def run_commands(run, commands):

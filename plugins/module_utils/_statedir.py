@@ -14,7 +14,8 @@ directory holds, so it trusts nothing in it:
 * the lock file is created without following a planted link (``open_lock``), and the
   lock is waited for with a timeout;
 * files are replaced atomically (``write_text``) and logs rotated at a size bound
-  (``append_line``).
+  (``append_line``), each line appended on a line of its own even after a cut one; ``json_lines`` reads
+  such a log and names the lines that are damaged instead of stopping at them.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,6 +24,7 @@ __metaclass__ = type
 
 import errno
 import fcntl
+import json
 import os
 import stat
 import tempfile
@@ -200,17 +202,54 @@ def append_line(path, line, max_bytes=1024 * 1024, keep=2):
             newer = path if index == 1 else '%s.%d' % (path, index - 1)
             if exists(newer):
                 os.rename(newer, older)
-    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    fd = _open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
     try:
-        os.write(fd, (line.rstrip('\n') + '\n').encode('utf-8'))
+        data = (line.rstrip('\n') + '\n').encode('utf-8')
+        end = os.fstat(fd).st_size
+        if end and os.pread(fd, 1, end - 1) != b'\n':
+            # The last line was cut (a crash, a full disk): this one starts on a line of its own, never glued to it.
+            data = b'\n' + data
+        os.write(fd, data)
     finally:
         os.close(fd)
 
 
+def json_lines(lines, first=1):
+    """The JSON objects of ``lines`` and the lines that are not one: ``(records, damaged)``, where each damaged
+    line is named by its number (counted from ``first``) and its first characters. Blank lines are skipped."""
+    records, damaged = [], []
+    for number, line in enumerate(lines, first):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            damaged.append('line %d is not a JSON object: %r' % (number, line[:120]))
+    return records, damaged
+
+
 def tail_lines(path, count, limit=MAX_READ):
     """The last ``count`` lines of a file ([] when it is missing or cannot be trusted)."""
+    return _tail(path, count, limit)[1]
+
+
+def _tail(path, count, limit):
     try:
         text = read_text(path, limit)
     except (StateError, OSError):
-        return []
-    return (text or '').splitlines()[-count:] if count > 0 else []
+        return 1, []
+    lines = (text or '').splitlines()
+    kept = lines[-count:] if count > 0 else []
+    return len(lines) - len(kept) + 1, kept
+
+
+def tail_json(path, count, limit=MAX_READ):
+    """The JSON objects of the last ``count`` lines of a JSON-lines file, and its damaged lines among them, each
+    named by the file and its line number: ``(records, damaged)``."""
+    first, lines = _tail(path, count, limit)
+    records, damaged = json_lines(lines, first)
+    return records, ['%s %s' % (path, problem) for problem in damaged]

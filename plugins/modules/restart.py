@@ -64,7 +64,8 @@ options:
     type: dict
     default: {}
   command_timeout:
-    description: Seconds a command may run before it is stopped and counts as failed.
+    description:
+      - Seconds a command may run before it is stopped (with every process it started) and counts as failed.
     type: float
     default: 600
   wait_ready:
@@ -82,10 +83,16 @@ options:
     type: str
   old_start_time:
     description:
-      - With O(action=wait_ready), the C(process_start_time_seconds) of the process before the restart (for example
-        from the verdict before it); ready then also means that another process answers. With V(restart) or
-        V(upgrade) the module reads it itself before it runs the commands.
+      - The C(process_start_time_seconds) of the process before the restart (for example from the verdict before it),
+        for O(action=wait_ready), or when the module cannot read C(/metrics) itself before it runs the commands.
     type: float
+  old_reading:
+    description:
+      - One read of the process before the restart, as the check keeps it in its evidence (the last item of
+        RV(modelops.vllm.health#module:evidence.reads), with its C(process_start_time) and each engine's
+        C(counters)). Used as O(old_start_time) is; it lets a server without a start time (vLLM with
+        C(--api-server-count) above 1) be told apart from the process that follows it by its counters.
+    type: dict
   ready_timeout:
     description: Seconds to wait until ready.
     type: float
@@ -139,14 +146,20 @@ commands:
   sample: [{"argv": ["systemctl", "restart", "vllm"], "rc": 0, "stdout": "", "stderr": ""}]
 ready:
   description:
-    - The wait until ready (C(ok), C(seconds), C(health), C(models), C(polls), C(why), C(start_time)); null when not
-      waited.
-    - Ready means C(/health) 200 and the model in C(/v1/models), answered by a new process when the start time of the
-      one before the restart was known (C(process_start_time_seconds)). An old process that still answers for a moment
-      is not taken for the restarted one.
+    - The wait until ready (C(ok), C(seconds), C(health), C(models), C(polls), C(why), C(start_time),
+      C(new_process)); null when not waited.
+    - Ready means C(/health) 200 and the model in C(/v1/models), answered by a new process. When a process answered
+      C(/metrics) before the restart (read by the module before its commands, else O(old_reading) or
+      O(old_start_time)), the new one must be told apart from it by a signal the check uses, a changed
+      C(process_start_time_seconds), a changed C(*_created) value, or a counter that went down (a new process counts
+      from zero). C(new_process) says which. Where none can tell (vLLM with C(--api-server-count) above 1 reports no
+      start time, and a process whose counters are all zero looks like a new one), the restart is not confirmed, and the
+      task fails when O(ready_timeout) is over, as it does for a restart command that restarted nothing. When nothing
+      answered C(/metrics) before the restart, any process that answers counts as the new one (C(new_process) null).
   returned: always
   type: dict
-  sample: {"ok": true, "seconds": 41.2, "health": "HTTP 200", "models": ["tiny"], "polls": 5, "why": null}
+  sample: {"ok": true, "seconds": 41.2, "health": "HTTP 200", "models": ["tiny"], "polls": 5, "why": null,
+           "new_process": "process_start_time_seconds changed from 1796004614.2 to 1796008214.9"}
 '''
 
 import math
@@ -156,7 +169,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, Client
-from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS, start_time, wait_ready
+from ansible_collections.modelops.vllm.plugins.module_utils._ready import (
+    READY_LIMITS,
+    read_process,
+    reading_from_summary,
+    wait_ready,
+)
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     ServiceError,
@@ -183,6 +201,7 @@ def main():
             api_key=dict(type='str', no_log=True),
             model=dict(type='str'),
             old_start_time=dict(type='float'),
+            old_reading=dict(type='dict'),
             ready_timeout=dict(type='float', default=900),
             ready_delay=dict(type='float', default=10),
             metrics_timeout=dict(type='float', default=10),
@@ -196,7 +215,7 @@ def main():
     secrets = secrets_of({'api_key': p['api_key'], 'url': p['url']})
     module.no_log_values.update(secrets)
     waits = p['wait_ready'] or p['action'] == 'wait_ready'
-    limits = [('command_timeout', (0, 86400, False))] + list(READY_LIMITS.items()) + [
+    limits = list(READY_LIMITS.items()) + [
         ('metrics_timeout', CHECK_LIMITS['metrics_timeout'])]
     for key, (low, high, closed) in limits:
         value = p[key]
@@ -219,7 +238,8 @@ def main():
                          msg='check mode: would run %s' % '; '.join(' '.join(argv) for argv in commands))
 
     client = None
-    old_start = p['old_start_time']
+    # The process before the restart, as the caller saw it (the module's own read, below, comes first).
+    before = reading_from_summary(p['old_reading'], start=p['old_start_time'])
     if waits:
         if not HAS_REQUESTS:
             module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR)
@@ -229,21 +249,22 @@ def main():
         except CheckError as exc:
             module.fail_json(msg=redact(str(exc), secrets))
         if commands:
-            # The process before the restart: ready means another one answers (when its start time is known).
-            old_start = start_time(client)
+            # The process before the restart: ready means another one answers.
+            before = read_process(client) or before
 
     env = None
     if p['environment']:
         env = dict(os.environ)
         env.update((str(k), str(v)) for k, v in p['environment'].items())
     records, failed = run_commands(lambda argv: run_argv(argv, timeout=p['command_timeout'], env=env), commands)
+    records = redact(records, secrets)
     if failed:
         module.fail_json(msg=redact('the restart failed: %s; the commands after it were not run' % describe_failure(failed),
                                     secrets), commands=records, ready=None, changed=True)
     ready = None
     if waits:
         ready = redact(wait_ready(client, p['ready_timeout'], p['ready_delay'], model=p['model'], sleep=time.sleep,
-                                  clock=time.monotonic, old_start=old_start), secrets)
+                                  clock=time.monotonic, before=before), secrets)
         if not ready['ok']:
             module.fail_json(msg='not ready within %g s of the restart: %s' % (p['ready_timeout'], ready['why']),
                              commands=records, ready=ready, changed=bool(records))

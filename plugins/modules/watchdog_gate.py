@@ -97,6 +97,13 @@ options:
       url:
         description: The instance's URL, as shown in the evidence (a password in it is masked).
         type: str
+      api_key:
+        description:
+          - The instance's API key (C(--api-key)), never used to send anything here and never logged. The gate masks
+            it, in every spelling, in everything it keeps or returns (the verdict history, the evidence with the
+            service's log, its result), as it masks vLLM's own spellings of any key (the C(api_key) of vLLM's start-up
+            line C(non-default args), C(--api-key ...), an C(Authorization) header).
+        type: str
   results_file:
     description:
       - The results file of an asynchronous M(modelops.vllm.health) run with O(modelops.vllm.health#module:servers)
@@ -284,7 +291,10 @@ instances:
       description: The verdict's reason.
       type: str
     verdict:
-      description: The verdict's key numbers (C(line), C(running), C(waiting), C(kv_cache_usage), C(probe), C(url), ...).
+      description:
+        - The verdict's key numbers (C(line), C(running), C(waiting), C(kv_cache_usage), C(probe), C(url), ...), the
+          process's C(process_start_time), and C(last_read), the check's last read (its start time and every
+          engine's C(counters)), which O(modelops.vllm.restart#module:old_reading) takes.
       type: dict
     action:
       description: V(none), V(restart) (recorded; the caller restarts) or V(fail) (a human is needed).
@@ -324,7 +334,10 @@ ansible_facts:
   returned: with O(host) and O(instances)
   type: dict
 textfile_error:
-  description: Why O(textfile) could not be written (null when it was, or was not asked for).
+  description:
+    - Why O(textfile) could not be written (null when it was, or was not asked for). The module also warns with it, and
+      each result of RV(ansible_facts) carries it (C(textfile_error)); the P(modelops.vllm.watchdog#role) role puts it
+      in its summary and fails the host unless C(vllm_watchdog_textfile_required) is false.
   returned: with O(instances)
   type: str
   sample: null
@@ -383,6 +396,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
+from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
@@ -428,23 +442,29 @@ def _pause_note(paths):
     return None
 
 
-def _process_start(verdict):
+def _reads(verdict):
     reads = ((verdict or {}).get('evidence') or {}).get('reads') or []
-    for read in reversed(reads):
-        if isinstance(read, dict) and read.get('process_start_time') is not None:
+    return [read for read in reads if isinstance(read, dict)] if isinstance(reads, list) else []
+
+
+def _process_start(verdict):
+    for read in reversed(_reads(verdict)):
+        if read.get('process_start_time') is not None:
             return read['process_start_time']
     return None
 
 
-def _parsed(lines):
-    """JSON lines as objects (a line that is not JSON is kept as its text)."""
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            out.append(line)
-    return out
+def _last_read(verdict):
+    """The last read of the check (its start time and per-engine counters), so that the restart can tell the process
+    that answers after it from this one (modelops.vllm.restart's old_reading)."""
+    reads = _reads(verdict)
+    if not reads:
+        return None
+    last = reads[-1]
+    engines = last.get('engines') if isinstance(last.get('engines'), dict) else {}
+    return {'process_start_time': last.get('process_start_time'),
+            'engines': dict((key, {'counters': (numbers or {}).get('counters') or {}})
+                            for key, numbers in engines.items() if isinstance(numbers, dict))}
 
 
 def _failed_restart(text):
@@ -467,6 +487,12 @@ class Gate(object):
         self.p = module.params
         self.settings = dict((key, self.p[key]) for key in DEFAULTS)
         self.check_mode = module.check_mode
+        # Every spelling of the configured secrets: masked (with vLLM's own spellings of a key) in all that is
+        # kept or returned.
+        self.spellings = forms([item.get('api_key') for item in self.p['instances'] or []])
+
+    def redact(self, value):
+        return redact(value, self.spellings)
 
     def run_cmd(self, argv):
         return run_argv(argv, timeout=self.p['status_timeout'])
@@ -499,6 +525,7 @@ class Gate(object):
         out['service'] = service
         process_start = item.get('process_start_time') or _process_start(verdict)
         out['verdict']['process_start_time'] = process_start
+        out['verdict']['last_read'] = _last_read(verdict)
         fd = None
         try:
             if not self.check_mode or statedir.exists(paths['lock']):
@@ -557,7 +584,7 @@ class Gate(object):
             record[key] = out['verdict'].get(key)
         record['probe'] = ((verdict or {}).get('probe') or {}).get('outcome')
         try:
-            statedir.append_line(paths['verdicts'], json.dumps(record, sort_keys=True),
+            statedir.append_line(paths['verdicts'], json.dumps(self.redact(record), sort_keys=True),
                                  max_bytes=self.p['history_max_bytes'])
         except (statedir.StateError, OSError) as exc:
             out['decision'] += ' (the verdict history could not be written: %s)' % exc
@@ -579,14 +606,17 @@ class Gate(object):
             'restart_method': item['restart_method'], 'verdict': verdict, 'service': out['service'],
             'decision': dict((k, v) for k, v in out.items() if k not in ('verdict', 'history')),
             'history': out.get('history'),
-            'recent_verdicts': _parsed(statedir.tail_lines(paths['verdicts'], 20)),
             'logs': logs,
         }
+        # A line of the history that was cut (a crash, a full disk) is named, never taken for a verdict.
+        evidence['recent_verdicts'], damaged = statedir.tail_json(paths['verdicts'], 20)
+        if damaged:
+            evidence['damaged_verdict_lines'] = damaged
         try:
             statedir.check_dir(paths['evidence'])
             stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
             path = os.path.join(paths['evidence'], '%s-%s.json' % (out['name'], stamp))
-            statedir.write_text(path, json.dumps(evidence, indent=1, sort_keys=True, default=str) + '\n')
+            statedir.write_text(path, json.dumps(self.redact(evidence), indent=1, sort_keys=True, default=str) + '\n')
             return path
         except (statedir.StateError, OSError) as exc:
             out['decision'] += ' (the evidence could not be kept: %s)' % exc
@@ -600,6 +630,8 @@ class Gate(object):
             if verdict is None:
                 verdict = verdicts.get(item['name']) or {
                     'state': 'unknown', 'reason': missing_why or 'the check gave no verdict for this instance'}
+            # Masked on the way in: the history, the evidence and the result are made of it.
+            verdict = self.redact(verdict)
             try:
                 results.append(self.one(item, verdict))
             except (statedir.StateError, OSError) as exc:
@@ -613,7 +645,7 @@ class Gate(object):
     def record_failure(self):
         name = self.p['record_failure']['name']
         paths = _paths(self.p['state_dir'], name)
-        error = self.p['record_failure']['error'][:1000]
+        error = self.redact(self.p['record_failure']['error'])[:1000]
         if not self.check_mode:
             statedir.write_text(paths['failed'], json.dumps({'at': time.time(), 'error': error}) + '\n')
         return ('the restart of %s failed (%s); recorded in %s: the host fails on every run until %s serves again or '
@@ -638,6 +670,7 @@ def main():
                 status_command=dict(type='list', elements='str'),
                 logs_command=dict(type='list', elements='str'),
                 url=dict(type='str'),
+                api_key=dict(type='str', no_log=True),
             )),
             results_file=dict(type='path'),
             results_timeout=dict(type='float', default=300),
@@ -714,7 +747,7 @@ def main():
             module.fail_json(msg='cannot record the failed restart: %s' % exc)
         module.exit_json(changed=not module.check_mode, action=FAIL, reason=reason)
 
-    results = gate.run(items, verdicts, missing_why)
+    results = gate.redact(gate.run(items, verdicts, missing_why))
     if p['name'] is not None:
         one = dict(results[0])
         one['reason'] = one.pop('decision')
@@ -726,11 +759,14 @@ def main():
         try:
             statedir.write_text(p['textfile'], textfile_metrics(results, time.time()), mode=0o644)
         except (statedir.StateError, OSError) as exc:
-            textfile_error = 'the textfile %s could not be written: %s' % (p['textfile'], exc)
+            textfile_error = ('the textfile %s could not be written (%s): Prometheus gets no vllm_watchdog_* metric '
+                              'from this host, so no alert can fire on it' % (p['textfile'], exc))
+            # Never silent: a metric that never exists cannot alert on its absence.
+            module.warn(textfile_error)
     facts = {}
     if p['host']:
-        facts['vllm_watchdog_results'] = watchdog_results({'instances': results}, p['host'], items,
-                                                          check_mode=module.check_mode)
+        facts['vllm_watchdog_results'] = watchdog_results({'instances': results, 'textfile_error': textfile_error},
+                                                          p['host'], items, check_mode=module.check_mode)
     module.exit_json(changed=False, instances=results, textfile_error=textfile_error, ansible_facts=facts)
 
 

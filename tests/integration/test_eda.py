@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import ansible_run
 from tests.support import eda
 from tests.support import prometheus as prom
 from tests.support.ports import span
@@ -70,7 +71,9 @@ def test_the_rulebook_parses_and_names_the_collections_parts(versions):
     assert ruleset.sources[0].source_args["data_host_path"] == "labels.vllm_host"
     run = data[0]["rules"][0]
     assert run["action"]["run_playbook"]["name"] == "modelops.vllm.watchdog"
-    assert run["action"]["run_playbook"]["extra_vars"] == {"vllm_watchdog_hosts": "{{ event.alert.labels.vllm_host }}"}
+    assert run["action"]["run_playbook"]["extra_vars"] == {"vllm_watchdog_hosts": "{{ event.alert.labels.vllm_host }}",
+                                                           "vllm_watchdog_one_host": True}
+    assert ruleset.sources[0].source_args["inventory"] == "{{ vllm_eda_inventory | default('') }}"
     assert run["throttle"]["group_by_attributes"] == ["event.alert.labels.vllm_host"]
     # The playbook it names exists where ansible-rulebook looks for it in a collection.
     assert (Path(eda.REPO) / "playbooks" / "watchdog.yml").is_file()
@@ -85,7 +88,8 @@ def test_the_awx_rulebook_of_the_docs_parses(versions):
     assert [s.source_name for s in ruleset.sources] == ["modelops.vllm.alertmanager"]
     action = data[0]["rules"][0]["action"]["run_job_template"]
     assert action["job_args"]["limit"] == "{{ event.alert.labels.vllm_host }}"
-    assert action["job_args"]["extra_vars"] == {"vllm_watchdog_hosts": "{{ event.alert.labels.vllm_host }}"}
+    assert action["job_args"]["extra_vars"] == {"vllm_watchdog_hosts": "{{ event.alert.labels.vllm_host }}",
+                                                "vllm_watchdog_one_host": True}
     assert data[0]["rules"][0]["throttle"] == yaml.safe_load(eda.RULEBOOK_FILE.read_text())[0]["rules"][0]["throttle"]
 
 
@@ -242,3 +246,103 @@ def _post(url, body, headers=None):
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
+
+
+# ------------------------------------------------------------------------------------- one host per alert (issue 16)
+
+ONE_HOST = ("gb10-one", "gb10-two")
+
+
+def _one_host_inventory(tmp_path, pool, marks):
+    """Two local hosts, both in the group vllm and gb10-one also in rack1, each with an idle server of its own
+    (tests/support/hostile.py) whose restart command only appends to a file: the watchdog may check them, and
+    must restart neither."""
+    from tests.support import hostile as h  # pylint: disable=import-outside-toplevel
+    servers, hosts = {}, {}
+    for name in ONE_HOST:
+        servers[name] = pool.vllm(name=name, metrics=h.with_start_time(h.IDLE, time.time() - 7200))
+        hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                       "vllm_url": servers[name].url, "vllm_watchdog_state_dir": str(tmp_path / "state" / name),
+                       "vllm_watchdog_restart_method": "command",
+                       "vllm_watchdog_restart_command": ["sh", "-c", 'echo restart >> "$0"', str(marks)]}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {
+        "vllm": {"hosts": hosts, "vars": dict(eda.FAST, vllm_watchdog_become=False)},
+        "rack1": {"hosts": {"gb10-one": {}}}}}}))
+    return servers, inventory
+
+
+def _alert(host):
+    return {"receiver": "vllm-watchdog", "status": "firing", "version": "4", "alerts": [
+        {"status": "firing", "labels": {"alertname": eda.STUCK, "vllm_host": host, "instance": "10.0.0.1:8000",
+                                        "engine": "0", "severity": "critical"},
+         "annotations": {}, "startsAt": "2026-12-01T10:31:52Z", "endsAt": "0001-01-01T00:00:00Z"}]}
+
+
+def _no_traceback(rulebook):
+    text = rulebook.text()
+    assert "Traceback" not in text, rulebook.log_tail()
+
+
+@pytest.fixture(scope="module")
+def rulebook_tools():
+    """ansible-rulebook and its Java (the one-host test needs neither Prometheus nor Alertmanager)."""
+    return eda.java_version(), eda.rulebook_bin()
+
+
+def test_an_alert_for_all_or_a_group_checks_nothing_and_one_for_a_host_checks_that_host(tmp_path, rulebook_tools):
+    """A real ansible-rulebook with the collection's rulebook and source. With vllm_eda_inventory, the source
+    refuses (422, one log line) an alert whose vllm_host is all, a group, a pattern or a host the inventory does
+    not have, so nothing runs; an alert for one host runs the watchdog there only. Without vllm_eda_inventory the
+    source cannot know a group's name, and the playbook run refuses it itself (vllm_watchdog_one_host): every
+    host of the group fails before any check, nothing is read, restarted or written."""
+    from tests.support import hostile as h  # pylint: disable=import-outside-toplevel
+    marks = tmp_path / "restarts"
+    token = "eda-one-host-%s" % os.urandom(6).hex()
+    auth = {"Authorization": "Bearer " + token}
+    env = ansible_run.env({"ANSIBLE_ASYNC_DIR": str(tmp_path / "async")})
+    with h.Servers() as pool:
+        servers, inventory = _one_host_inventory(tmp_path, pool, marks)
+
+        # --- the source knows the inventory -------------------------------------------------------------------
+        with eda.Rulebook(tmp_path / "with-inventory", prom.free_port(eda.PORT_RANGE), inventory, env, token=token,
+                          variables={"vllm_eda_inventory": str(inventory)}) as rulebook:
+            refused = {}
+            for bad in ("all", "ungrouped", "vllm", "rack1", "gb10-*", "gb10-one,gb10-two", "!gb10-one",
+                        "gb10-three", "localhost"):
+                refused[bad] = _post(rulebook.webhook_url, _alert(bad), auth)
+            assert all(status == 422 for status, _body in refused.values()), refused
+            assert "a group of the inventory" in refused["vllm"][1], refused
+            assert "not a host of the inventory" in refused["gb10-three"][1], refused
+            status, body = _post(rulebook.webhook_url, _alert("gb10-one"), auth)
+            assert status == 202, (status, body)
+            prom.wait_until(rulebook.recaps, "the watchdog run for gb10-one", timeout=180,
+                            describe=rulebook.summary)
+            time.sleep(3)  # nothing else runs after it
+            assert len(rulebook.actions()) == 1, rulebook.summary()
+            recap = rulebook.recaps()
+            assert len(recap) == 1 and list(recap[0]) == ["gb10-one"], recap
+            assert recap[0]["gb10-one"]["failed"] == 0 and recap[0]["gb10-one"]["changed"] == 0, recap
+            lines = [m for _t, _n, level, m in rulebook.lines(contains="alertmanager: refused a POST")]
+            assert len(lines) == len(refused), lines
+            _no_traceback(rulebook)
+        assert sorted(os.listdir(tmp_path / "state")) == ["gb10-one"]  # the other host was never looked at
+        assert servers["gb10-one"].seen(path="/metrics") and not servers["gb10-two"].seen()
+        assert not marks.exists()
+        requests_before = len(servers["gb10-one"].seen())
+
+        # --- the source does not know the inventory: the playbook refuses the group ---------------------------
+        with eda.Rulebook(tmp_path / "without-inventory", prom.free_port(eda.PORT_RANGE), inventory, env,
+                          token=token) as rulebook:
+            assert _post(rulebook.webhook_url, _alert("all"), auth)[0] == 422  # a pattern it knows without one
+            status, body = _post(rulebook.webhook_url, _alert("vllm"), auth)
+            assert status == 202, (status, body)  # it cannot know that vllm is a group
+            prom.wait_until(rulebook.recaps, "the run for the group", timeout=180, describe=rulebook.summary)
+            recap = rulebook.recaps()[0]
+            assert sorted(recap) == sorted(ONE_HOST), recap
+            assert all(recap[host]["failed"] == 1 and recap[host]["ok"] == 0 for host in ONE_HOST), recap
+            assert "which is not one inventory host" in rulebook.text(), rulebook.summary()
+            _no_traceback(rulebook)
+        assert sorted(os.listdir(tmp_path / "state")) == ["gb10-one"]  # nothing new written
+        assert not servers["gb10-two"].seen() and not marks.exists()
+        assert len(servers["gb10-one"].seen()) == requests_before  # not one request from the refused run

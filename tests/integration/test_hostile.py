@@ -414,6 +414,17 @@ def server_side_cases(pool):
         extra='vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="deferred"} NaN\n'))
     add(4, 'kv-nan-counters-frozen', no_probe=True, metrics=frozen({'0': h.engine_numbers(running=1, kv='NaN')}))
 
+    # Class 14: the same series twice, written so that its raw label text differs (a trailing comma, spaces, {}
+    # for no labels): contradictory samples of a frozen server (0, then 3 in flight) are never evidence.
+    one_label = h.vllm_text({'0': h.engine_numbers(running=0)}, start=start, model=None)
+    add(14, 'running-0-then-3-trailing-comma', metrics=one_label + 'vllm:num_requests_running{engine="0",} 3.0\n')
+    add(14, 'running-0-then-3-spaces', metrics=one_label + 'vllm:num_requests_running{ engine = "0" } 3.0\n')
+    add(14, 'running-0-then-3-unlabelled-then-braces', metrics=one_label.replace(
+        'vllm:num_requests_running{engine="0"} 0.0\n', '') + 'vllm:num_requests_running 0.0\nvllm:num_requests_running{} 3.0\n')
+    add(14, 'waiting-0-then-3-trailing-comma', metrics=one_label + 'vllm:num_requests_waiting{engine="0",} 3.0\n')
+    add(14, 'kv-then-kv-trailing-comma-running-1', metrics=h.vllm_text(
+        {'0': h.engine_numbers(running=1)}, start=start, model=None) + 'vllm:kv_cache_usage_perc{engine="0",} 0.5\n')
+
     # Genuine hangs: these ARE stuck (the tier proves both directions).
     add(0, 'GENUINE-frozen-capture-running-3', expect='stuck', no_probe=True, states=['stuck'], metrics=stuck_capture())
     add(0, 'GENUINE-idle-probe-never-answers', expect='stuck', states=['stuck'], metrics=idle, probe=h.hold,

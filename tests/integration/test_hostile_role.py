@@ -14,11 +14,22 @@ so "restarted" means "that file grew". What must hold:
   history is not a fresh budget (class 8);
 * a failed restart keeps the host failed on every later run, with a message that says how to clear
   it, until the server is healthy again (class 11);
-* the rollout stops at the first failed restart command (class 13).
+* the rollout stops at the first failed restart command (class 13);
+* a restart is confirmed only by a new process: a restart command that changed nothing on a server
+  without ``process_start_time_seconds`` (the simulator in multiprocess mode, as vLLM with
+  ``--api-server-count 2``) keeps the host red on this run and the next, and a real restart of
+  the same kind of server is confirmed by its counters (class 15);
+* no key from the service's log (vLLM's start-up line, ``--api-key``, ``Authorization: Bearer``)
+  in any output or file (class 16); a verdict history whose last line was cut loses nothing after
+  it (class 17); a textfile that cannot be written fails the host, or warns, and the summary says
+  it (class 18); a restart command that hangs is cut off at ``vllm_watchdog_command_timeout``,
+  with every process it started, and the host is red (class 20).
 """
 
 import json
 import os
+import re
+import subprocess
 import sys
 import time
 
@@ -26,8 +37,11 @@ import pytest
 import yaml
 
 from tests.support.ansible_run import run_playbook
+from tests.support.ports import span
 
 from tests.support import hostile as h
+
+PORT_RANGE = span("hostile")  # the module's simulator (the sim fixture)
 
 FAST = {
     'vllm_watchdog_interval': 0.5,
@@ -508,3 +522,261 @@ def test_the_rollout_stops_at_the_first_failed_command(servers, tmp_path):
             problems.append('the host was not reported failed')
         violations.check(13, 'rollout: %s' % name, problems)
     violations.assert_none()
+
+
+# --------------------------------------------------------------------------- issue 16
+
+def sim_restart_command(sim, server, marks, name, restarts=True):
+    """A restart command that records the attempt and (``restarts``) restarts the simulated server for real
+    (a new process: counters from zero, the port closed for a second), or else does nothing at all, as a
+    ``systemctl restart`` of the wrong unit would."""
+    if not restarts:
+        return marks.command(name, 'exit 0')
+    poke = ('import json,sys,urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1], '
+            'data=json.dumps({"state": "restart", "load_seconds": 1}).encode(), method="POST", '
+            'headers={"Content-Type": "application/json"}), timeout=10)')
+    target = '%s/servers/%s/state' % (sim.base_url, server['id'])
+    return ['sh', '-c', 'echo attempt >> "$0" && "$1" -c "$2" "$3"', marks.path(name), sys.executable, poke, target]
+
+
+def hung_multiprocess_server(sim):
+    """A simulated vLLM in multiprocess mode (no process_start_time_seconds, no *_created), that decoded for a
+    while and then hung with its requests in flight."""
+    server = sim.create(multiprocess=True, step_rate=50)
+    sim.start_load(server['id'], concurrency=2, max_tokens=10_000_000)
+    sim.wait_for(server['id'], lambda st: st['totals']['generation_tokens'] > 20, timeout=30)
+    sim.set_state(server['id'], 'hang')
+    return server
+
+
+def test_a_restart_that_changed_nothing_without_a_start_time_is_red_and_a_real_one_is_confirmed(sim, tmp_path):
+    """Class 15: two hung servers without a start time (vLLM --api-server-count 2); one's restart command does
+    nothing, the other's restarts it for real. The first is red on this run and on the next (never "restarted ->
+    now stuck" and green, never "within the start-up grace" and green); the second is confirmed by its counters,
+    which a new process starts from zero, and is green."""
+    marks = Marks(tmp_path / 'marks')
+    noop = hung_multiprocess_server(sim)
+    real = hung_multiprocess_server(sim)
+    body = sim.metrics_text(noop['id'])
+    assert 'process_start_time_seconds' not in body and '_created' not in body  # the case proves what it says
+    instances = [
+        {'name': 'restart-does-nothing', 'url': noop['url'], 'restart_method': 'command',
+         'restart_command': sim_restart_command(sim, noop, marks, 'restart-does-nothing', restarts=False)},
+        {'name': 'restart-for-real', 'url': real['url'], 'restart_method': 'command',
+         'restart_command': sim_restart_command(sim, real, marks, 'restart-for-real')},
+    ]
+    group = {'vllm_watchdog_instances': instances, 'vllm_watchdog_state_dir': str(tmp_path / 'state'),
+             'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': ['false']}
+    violations = h.Violations()
+    runs = [role_run(tmp_path, label, {'gb10-hostile': {}}, group) for label in ('run1', 'run2')]
+    problems = []
+    for index, run in enumerate(runs, 1):
+        saved = host_result(run, 'gb10-hostile')
+        item = instance_result(saved, 'restart-does-nothing') or {}
+        problems += ['run %d: %s' % (index, p) for p in traceback_problems(run)]
+        if not (saved.get('failed') and item.get('failed')):
+            problems.append('run %d: a restart that changed nothing is not red: %s' % (index, item.get('line')))
+        if index == 1 and 'not confirmed' not in str(item.get('decision')):
+            problems.append('run 1: the failure does not say the restart was not confirmed: %s' % item.get('line'))
+    if marks.count('restart-does-nothing') != 1:
+        problems.append('its restart command ran %d times, expected once (run 2 must not try again)'
+                        % marks.count('restart-does-nothing'))
+    violations.check(15, 'role: a restart command that does nothing, no process_start_time_seconds', problems)
+    # The healthy look-alike: a real restart, without a start time, is confirmed (and green).
+    first = instance_result(host_result(runs[0], 'gb10-hostile'), 'restart-for-real') or {}
+    look_alike = []
+    if not first.get('restarted') or first.get('failed'):
+        look_alike.append('a real restart without a start time was not confirmed: %s' % first.get('line'))
+    if sim.get(real['id'])['restarts'] != 1 or marks.count('restart-for-real') != 1:
+        look_alike.append('restarted %d times (%d attempts), expected once'
+                          % (sim.get(real['id'])['restarts'], marks.count('restart-for-real')))
+    second = instance_result(host_result(runs[1], 'gb10-hostile'), 'restart-for-real') or {}
+    if second.get('failed'):
+        look_alike.append('run 2: the restarted server is red: %s' % second.get('line'))
+    # The control is not a hostile input: it is not counted, but it must hold.
+    violations.items.extend('[control] a real restart without process_start_time_seconds: %s' % p for p in look_alike)
+    for server in (noop, real):
+        sim.delete(server['id'])
+    violations.assert_none()
+
+
+VLLM_START_LINE = ("INFO 12-01 11:02:03 [api_server.py:1943] non-default args: {'model_tag': '/models/tiny', "
+                   "'port': %(port)d, 'api_key': ['%(key)s'], 'model': '/models/tiny'}")
+
+
+def test_no_key_from_the_services_log_a_cut_history_loses_nothing(servers, tmp_path):
+    """Class 16 and 17: stuck servers restarted (so their evidence, with the service's log, is written). The log
+    has vLLM's start-up line with the configured key, and the command line and a header with a key nobody
+    configured here; none of it is in any output at -vvv or any file. One instance's verdict history ends in a
+    cut line: the restart's record still starts on a line of its own, every whole record is readable, and the
+    evidence names the damaged line."""
+    marks = Marks(tmp_path / 'marks')
+    key = 'HOSTILE-LOG-KEY-%s' % os.urandom(5).hex()
+    unconfigured = 'HOSTILE-UNCONFIGURED-%s' % os.urandom(5).hex()
+    stuck = restartable(servers, 'stuck-key-in-log', 2 * HOUR)
+    cut = restartable(servers, 'stuck-cut-history', 2 * HOUR)
+    log = tmp_path / 'vllm.log'  # what journalctl or docker logs would print
+    log.write_text('\n'.join([VLLM_START_LINE % {'port': stuck.port, 'key': key},
+                              'INFO started: /usr/bin/vllm serve /models/tiny --api-key %s' % unconfigured,
+                              'DEBUG headers: {"Authorization": "Bearer %s"}' % unconfigured,
+                              'ERROR key %s refused' % key]) + '\n')
+    state_dir = tmp_path / 'state'
+    state_dir.mkdir(mode=0o750)
+    os.chmod(str(state_dir), 0o750)
+    whole = [json.dumps({'time': '2026-12-01T10:0%d:00Z' % n, 'state': 'busy', 'action': 'none', 'reason': 'r'})
+             for n in range(3)]
+    cut_line = whole[0][:25]
+    (state_dir / 'stuck-cut-history.verdicts.jsonl').write_text('\n'.join(whole) + '\n' + cut_line)
+    instances = [
+        {'name': 'stuck-key-in-log', 'url': stuck.url, 'api_key': key, 'restart_method': 'command',
+         'restart_command': marks.command('stuck-key-in-log', server=stuck), 'logs_command': ['cat', str(log)]},
+        {'name': 'stuck-cut-history', 'url': cut.url, 'restart_method': 'command',
+         'restart_command': marks.command('stuck-cut-history', server=cut), 'logs_command': ['cat', str(log)]},
+    ]
+    run = role_run(tmp_path, 'run', {'gb10-hostile': {}}, {
+        'vllm_watchdog_instances': instances, 'vllm_watchdog_state_dir': str(state_dir),
+        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': ['false']})
+    saved = host_result(run, 'gb10-hostile')
+    violations = h.Violations()
+    common = traceback_problems(run)
+    log.unlink()  # the service's own log holds the key; everything left must not
+    files = h.dir_text(str(state_dir))
+    problems = list(common)
+    for secret in (key, unconfigured):
+        found = h.leaks(secret, run.stdout, run.stderr, json.dumps(saved))
+        if found:
+            problems.append('a key from the service\'s log (as %s) in the role\'s output at -vvv' % found)
+        found = h.leaks(secret, files)
+        if found:
+            problems.append('a key from the service\'s log (as %s) in a file of the state dir' % found)
+    evidence = sorted((state_dir / 'evidence').glob('stuck-key-in-log-*.json'))
+    if len(evidence) != 1 or 'non-default args' not in evidence[0].read_text():
+        problems.append('the evidence with the service\'s log was not written (%s): the case proves nothing'
+                        % [p.name for p in evidence])
+    violations.check(16, 'role: vLLM\'s start-up line, --api-key and Authorization: Bearer in the service\'s log',
+                     problems)
+    problems = list(common)
+    lines = (state_dir / 'stuck-cut-history.verdicts.jsonl').read_text().splitlines()
+    if lines[:4] != whole + [cut_line]:
+        problems.append('the lines before the new record changed: %s' % lines[:4])
+    records = [json.loads(line) for line in lines[4:]]
+    if [(r.get('state'), r.get('action')) for r in records] != [('stuck', 'restart')]:
+        problems.append('the restart\'s own record is not a whole line after the cut one: %s' % lines[3:])
+    jq = subprocess.run(['jq', '-Rr', 'fromjson? | objects | select(.action == "restart") | .state',
+                         str(state_dir / 'stuck-cut-history.verdicts.jsonl')], capture_output=True, text=True,
+                        check=False)
+    if jq.returncode != 0 or jq.stdout.split() != ['stuck']:
+        problems.append('docs/schedule.md\'s jq line does not find the restart: rc %s %r %r'
+                        % (jq.returncode, jq.stdout, jq.stderr))
+    evidence = sorted((state_dir / 'evidence').glob('stuck-cut-history-*.json'))
+    named = json.loads(evidence[0].read_text()).get('damaged_verdict_lines') if evidence else None
+    if not named or 'line 4' not in named[0]:
+        problems.append('the evidence does not name the damaged line: %s' % named)
+    violations.check(17, 'role: a verdict history whose last line was cut', problems)
+    if marks.count('stuck-key-in-log') != 1 or marks.count('stuck-cut-history') != 1:
+        violations.items.append('[control] the stuck servers were restarted %d and %d times, expected once each'
+                                % (marks.count('stuck-key-in-log'), marks.count('stuck-cut-history')))
+    violations.assert_none()
+
+
+def test_a_textfile_that_cannot_be_written_is_said_and_fails_the_host_unless_told_not_to(servers, tmp_path):
+    """Class 18: two hosts whose textfile is in a directory that does not exist. By default the host fails
+    with the reason; with vllm_watchdog_textfile_required false it is green, and the gate's warning and the
+    summary say it. A host whose textfile is written says nothing of it."""
+    idle = servers.vllm(name='idle', metrics=idle_body())
+    missing = tmp_path / 'no-such-dir' / 'vllm_watchdog.prom'
+    written = tmp_path / 'textfile' / 'vllm_watchdog.prom'
+    written.parent.mkdir()
+    host_vars = {}
+    for host, extra in (('textfile-required', {}), ('textfile-not-required', {'vllm_watchdog_textfile_required': False}),
+                        ('textfile-written', {'vllm_watchdog_textfile': str(written)})):
+        host_vars[host] = dict({'vllm_watchdog_url': idle.url, 'vllm_watchdog_textfile': str(missing),
+                                'vllm_watchdog_state_dir': str(tmp_path / host / 'state'),
+                                'vllm_watchdog_restart_method': 'command',
+                                'vllm_watchdog_restart_command': ['false']}, **extra)
+    run = role_run(tmp_path, 'run', host_vars, {})
+    common = traceback_problems(run)
+    violations = h.Violations()
+    required = host_result(run, 'textfile-required')
+    problems = list(common)
+    if not required.get('failed') or str(missing) not in str(required.get('msg')):
+        problems.append('the host did not fail with the reason: %s' % str(required.get('msg'))[:300])
+    if 'textfile-required/*: watchdog: TEXTFILE NOT WRITTEN' not in run.stdout:
+        problems.append('the summary has no line for the textfile that was not written')
+    violations.check(18, 'role: textfile in a missing directory (the default: required)', problems)
+    optional = host_result(run, 'textfile-not-required')
+    problems = list(common)
+    if optional.get('failed'):
+        problems.append('the host failed although vllm_watchdog_textfile_required is false: %s' % optional.get('msg'))
+    if 'textfile-not-required/*: watchdog: TEXTFILE NOT WRITTEN' not in run.stdout:
+        problems.append('the summary has no line for the textfile that was not written')
+    if not any('[WARNING]' in line and 'could not be written' in line for line in run.stdout.splitlines()
+               + run.stderr.splitlines()):
+        problems.append('no warning says that the textfile could not be written')
+    named = re.findall(r'textfile not written: ([\w, -]+)', run.stdout)
+    if not named or sorted(named[-1].replace(' ', '').split(',')) != ['textfile-not-required', 'textfile-required']:
+        problems.append('the headline does not name both hosts: %s' % named)
+    violations.check(18, 'role: textfile in a missing directory, vllm_watchdog_textfile_required false', problems)
+    ok = host_result(run, 'textfile-written')
+    if ok.get('failed') or not written.exists() or 'textfile-written/*' in run.stdout:
+        violations.items.append('[control] a textfile that was written: failed %s, exists %s'
+                                % (ok.get('failed'), written.exists()))
+    violations.assert_none()
+
+
+def test_a_restart_command_that_hangs_is_cut_off_at_the_setting_and_the_host_is_red(servers, tmp_path):
+    """Class 20: stuck servers whose restart command never ends (it sleeps, in a child that holds its output
+    open, or ignores SIGTERM). Each is stopped at vllm_watchdog_command_timeout with every process it started,
+    the host is red, and the run is not held for the module's 600 s."""
+    marks = Marks(tmp_path / 'marks')
+    tag = 'hostile-hang-%s' % os.urandom(4).hex()
+    sleeper = '%s -c "import time; time.sleep(3600)" %s' % (sys.executable, tag)
+    kinds = {
+        'restart-sleeps': marks.command('restart-sleeps', sleeper),
+        'restart-child-holds-output': marks.command('restart-child-holds-output', '%s & wait' % sleeper),
+        'restart-ignores-sigterm': marks.command('restart-ignores-sigterm', "trap '' TERM; %s" % sleeper),
+    }
+    instances = []
+    for name, command in kinds.items():
+        server = servers.vllm(name=name, metrics=stuck_body(2 * HOUR))
+        instances.append({'name': name, 'url': server.url, 'restart_method': 'command', 'restart_command': command})
+    timeout = 3
+    run = role_run(tmp_path, 'run', {'gb10-hostile': {}}, {
+        'vllm_watchdog_instances': instances, 'vllm_watchdog_state_dir': str(tmp_path / 'state'),
+        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': ['false'],
+        'vllm_watchdog_command_timeout': timeout})
+    saved = host_result(run, 'gb10-hostile')
+    left = processes_with(tag)
+    violations = h.Violations()
+    for name in kinds:
+        item = instance_result(saved, name) or {}
+        problems = traceback_problems(run)
+        if marks.count(name) != 1:
+            problems.append('its restart command ran %d times' % marks.count(name))
+        if not (saved.get('failed') and item.get('failed')):
+            problems.append('a restart command that hung did not make the host red: %s' % item.get('line'))
+        elif 'still running after %s s' % float(timeout) not in str(item.get('decision')) and \
+                'still running after %s s' % timeout not in str(item.get('decision')):
+            problems.append('the failure does not say it was stopped at the setting: %s' % item.get('decision'))
+        if left:
+            problems.append('processes it started are still running: %s' % left)
+        # Three commands stopped at 3 s each, plus the checks: far from 600 s.
+        if run.seconds > 180:
+            problems.append('the run took %.0f s' % run.seconds)
+        violations.check(20, 'role: %s, vllm_watchdog_command_timeout %s' % (name, timeout), problems)
+    violations.assert_none()
+
+
+def processes_with(text):
+    found = []
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit():
+            continue
+        try:
+            with open('/proc/%s/cmdline' % pid, 'rb') as handle:
+                cmdline = handle.read().replace(b'\0', b' ').decode('utf-8', 'replace')
+        except OSError:
+            continue
+        if text in cmdline and 'pytest' not in cmdline:
+            found.append('%s %s' % (pid, cmdline[:200]))
+    return found

@@ -415,6 +415,46 @@ def test_schedule(sandbox, tmp_path):
     assert 'Normalized form: *-*-* *:00/5:00' in calendar, calendar
 
 
+def test_schedule_history_commands_survive_a_cut_line(tmp_path):
+    """docs/schedule.md's commands that read a verdict history, as written, on a history whose line was cut
+    (a crash, a full disk) and the line the next run appended after it (append_line starts it on a line of
+    its own): each still exits 0, skips the cut line and reads every whole record after it, the restart's
+    own among them; the page's command for damaged lines names it. No sandbox: the commands read files."""
+    state = tmp_path / 'state' / 'gb10-busy'
+    (state / 'evidence').mkdir(parents=True)
+    records = [{'time': '2026-12-01T11:40:00Z', 'state': 'busy', 'action': 'none', 'reason': 'r1', 'decision': 'd1',
+                'running': 3, 'steps_per_second': 4.0},
+               {'time': '2026-12-01T11:42:15Z', 'state': 'busy', 'action': 'none', 'reason': 'r2', 'decision': 'd2',
+                'running': 3, 'steps_per_second': 4.0},
+               {'time': '2026-12-01T11:42:31Z', 'state': 'stuck', 'action': 'restart', 'reason': 'r3',
+                'decision': 'stuck: restart', 'running': 3, 'steps_per_second': 0.0}]
+    cut = json.dumps(dict(records[1], time='2026-12-01T11:41:00Z'))[:40]
+    (state / 'vllm.verdicts.jsonl.1').write_text(json.dumps(records[0]) + '\n')
+    (state / 'vllm.verdicts.jsonl').write_text(cut + '\n' + json.dumps(records[1]) + '\n' + json.dumps(records[2]) + '\n')
+    (state / 'evidence' / 'vllm-20261201T114231Z.json').write_text(json.dumps({'recent_verdicts': records[1:]}))
+    found = [body for arg, lang, body in blocks('docs/schedule.md')
+             if 'verdicts' in body and not body.lstrip().startswith(('ansible', 'curl'))]
+    assert len(found) == 7, found
+    outputs = {}
+    for body in found:
+        proc = subprocess.run(['bash', '-e', '-o', 'pipefail', '-c', body], cwd=str(tmp_path), env=clean_env(),
+                              capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0 and not proc.stderr, (body, proc.stdout, proc.stderr)
+        outputs[body] = proc.stdout
+
+    def out(contains):
+        return [text for body, text in outputs.items() if contains in body][0]
+
+    assert out('tail -n 10').splitlines() == ['2026-12-01T11:42:15Z busy none: r2', '2026-12-01T11:42:31Z stuck restart: r3']
+    assert out('"busy" and').strip() == '2026-12-01T11:42:31Z'
+    assert out('select(.action == "restart")').strip() == '2026-12-01T11:42:31Z stuck: restart'
+    assert out('group_by').split() == ['busy', '1', 'stuck', '1']
+    assert [json.loads(line)['time'] for line in out('ls -r').splitlines()] == [r['time'] for r in records]
+    assert out('input_line_number').strip() == 'line 1: %s' % cut
+    assert out('recent_verdicts').split() == ['2026-12-01T11:42:15Z', 'busy', 'none', '2026-12-01T11:42:31Z', 'stuck',
+                                              'restart']
+
+
 # --------------------------------------------------------------------------------- make try itself
 
 def test_try_twice_then_stop(sandbox):

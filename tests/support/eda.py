@@ -186,7 +186,7 @@ class Rulebook:
     LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - (\S+) - (\w+) - (.*)$")
 
     def __init__(self, workdir, port, inventory, env, token=None, rulebook=RULEBOOK, host="127.0.0.1",
-                 ready_timeout=120.0):
+                 ready_timeout=120.0, variables=None):
         self.workdir = Path(workdir)
         self.port = port
         self.host = host
@@ -195,6 +195,7 @@ class Rulebook:
         self.token = token
         self.rulebook = rulebook
         self.ready_timeout = ready_timeout
+        self.variables = dict(variables or {})  # more of the rulebook's vllm_eda_* variables (vllm_eda_inventory)
         self.log_path = self.workdir / "ansible-rulebook.log"
         self.vars_path = self.workdir / "eda-vars.yml"
         self.proc = None
@@ -213,6 +214,7 @@ class Rulebook:
         variables = {"vllm_eda_host": self.host, "vllm_eda_port": self.port}
         if self.token:
             variables["vllm_eda_token"] = self.token
+        variables.update(self.variables)
         self.vars_path.write_text(yaml.safe_dump(variables))
         if prom._listening(self.port, self.host):  # pylint: disable=protected-access
             raise prom.PrometheusError(f"ansible-rulebook: port {self.port} is already taken")

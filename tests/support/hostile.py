@@ -703,6 +703,13 @@ CLASSES = {
     11: 'a failed restart is red for one run only',
     12: 'the start-up grace ignores vLLM\'s own start time',
     13: 'the rollout\'s restart commands',
+    14: 'the same series twice, however its labels are written',
+    15: 'a restart that changed nothing',
+    16: 'a key in the service\'s log',
+    17: 'a cut line in the verdict history',
+    18: 'a textfile that cannot be written',
+    19: 'the EDA event source',
+    20: 'a restart command that hangs',
 }
 
 

@@ -36,6 +36,7 @@ BLOCKS = {
     "eda-bench": (27500, 27899),            # benchmarks/eda_latency.py: its simulator
     "eda-services": (27900, 27999),         # tests/support/eda.py: the rulebook's webhook, the stack
     "try": (28000, 28099),                  # scripts/try.py: the `make try` sandbox (fixed ports)
+    "hostile": (28100, 28199),              # tests/integration/test_hostile_role.py: its simulator
     "field": (28200, 28399),                # tests/integration/test_field_signatures.py: its simulator
     "field-bench": (28400, 28599),          # benchmarks/field_signatures.py: its simulator
 }

@@ -14,8 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
+import os
+import re
+import shutil
+import sys
+import time
 from typing import Any
 
 from aiohttp import web
@@ -31,8 +37,18 @@ description:
     (C(endpoint), the path posted to; C(headers); C(hosts)).
   - C(meta.hosts) is the alert's host (O(data_host_path), without a port), so a C(run_playbook) or
     C(run_module) action of the rule runs on that host only.
-  - Answers 202 to a notification, 400 to a body that is not a JSON object, 401 without the O(token)
-    when one is set, and 200 to C(GET /) (a readiness check).
+  - C(meta.hosts) names one inventory host or nothing. An alert whose host is neither a plain host name
+    (letters, digits, C(_ . -)) nor an IP address is refused and never put on the queue, and so are C(all) and
+    C(ungrouped), since ansible-rulebook passes the host on as the C(--limit) of the playbook run, where a
+    pattern (C(all), C(gb10-*), C(a,b), C(!a), C(&a), C(~regex), C(@file)) names many hosts. With
+    O(inventory), so is a host that is not a host of that inventory (a group name, an unknown host).
+  - Answers 202 to a notification whose alerts were all put on the queue, 422 to one with an alert whose host
+    was refused (its other alerts are put on the queue; the answer names what was refused), 400 to a body that
+    is not a JSON object (not JSON, not UTF-8, nested deeper than 64 levels), 401 without the O(token) when one
+    is set (whatever bytes the C(Authorization) header holds), 408 to a body that does not arrive within 30
+    seconds, 413 to a body over O(max_body_bytes) or a notification of more than O(max_alerts) alerts, 503 (with
+    C(Retry-After), which Alertmanager honours by retrying) while O(max_alerts) events already wait for the rule
+    engine, and 200 to C(GET /) (a readiness check). Every refusal is one line in the log, never a traceback.
 options:
   host:
     description:
@@ -78,6 +94,25 @@ options:
       - The webhook speaks plain HTTP; across machines, put a TLS proxy in front of it so the token does
         not cross the network in clear.
     type: str
+  inventory:
+    description:
+      - The inventory the playbooks of the rules run with (what is given to ansible-rulebook's C(-i)). When set,
+        an alert's host must be a host of it, not a group and not a host it does not have. Its hosts are read
+        with C(ansible-inventory --graph) at start-up (the source does not start when that fails) and again,
+        at most once a minute, when an alert names a host it does not know.
+    type: str
+  max_body_bytes:
+    description:
+      - The largest notification, in bytes. A larger one is refused (413) before it is read.
+    type: int
+    default: 1048576
+  max_alerts:
+    description:
+      - The most alerts of one notification (a larger one is refused, 413), and the most events that may wait in
+        the source for the rule engine at once (past it, 503 and Alertmanager retries). Keep Alertmanager's
+        C(max_alerts) of the webhook at or below it.
+    type: int
+    default: 1000
 """
 
 EXAMPLES = r"""
@@ -91,8 +126,20 @@ EXAMPLES = r"""
 
 LOG = logging.getLogger(__name__)
 
-# Alertmanager sends every alert of a group in one POST; a few MB is thousands of alerts.
-MAX_BODY = 8 * 1024 * 1024
+# Alertmanager sends every alert of a group in one POST; one alert is about 1-2 KB.
+MAX_BODY = 1024 * 1024
+MAX_ALERTS = 1000
+# Deeper JSON than any notification has; deeper would cost recursion in whatever handles the event.
+MAX_DEPTH = 64
+# Seconds a body may take to arrive.
+READ_TIMEOUT = 30.0
+# Seconds between two reads of the inventory's hosts, at most (when an alert names a host it does not know).
+INVENTORY_REFRESH = 60.0
+# A host name as an inventory has it: no pattern (all, gb10-*, a:b, a,b, !a, &a, ~regex, @file, [0:3]).
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}\Z")
+# The host patterns Ansible gives every host of the inventory.
+_EVERY_HOST = ("all", "ungrouped", "*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 _SETTINGS = web.AppKey("modelops_vllm_alertmanager", dict)
 
@@ -111,23 +158,90 @@ def _get_path(data: Any, path: str, separator: str) -> Any:
 
 
 def clean_host(host: Any) -> str | None:
-    """A host without its port: ``gb10-01:8000`` -> ``gb10-01``, ``[::1]:8000`` -> ``::1``, ``::1`` stays."""
+    """A host without its port: ``gb10-01:8000`` -> ``gb10-01``, ``[::1]:8000`` -> ``::1``, ``::1`` stays (only a
+    port of digits is removed: ``a:b`` stays as it is, a pattern)."""
     if host is None:
         return None
     host = str(host).strip()
     if host.startswith("["):
         end = host.find("]")
         return host[1:end] if end > 0 else host
-    if host.count(":") == 1:
+    if host.count(":") == 1 and host.split(":", 1)[1].isdigit():
         host = host.split(":", 1)[0]
     return host or None
 
 
-def alert_events(payload: Any, settings: dict, endpoint: str, headers: dict) -> list:
-    """The events of one notification: the payload itself (unless ``skip_original_data``), then one per alert."""
-    events = []
-    if not settings["skip_original_data"]:
-        events.append({"payload": payload, "meta": {"endpoint": endpoint, "headers": dict(headers)}})
+class Inventory:
+    """The host and group names of an inventory, as ``ansible-inventory --graph`` lists them."""
+
+    def __init__(self, hosts=(), groups=()):
+        self.hosts = frozenset(hosts)
+        self.groups = frozenset(groups)
+        self.read_at = time.monotonic()
+
+    @classmethod
+    def from_graph(cls, text: str) -> "Inventory":
+        hosts, groups = set(), set()
+        for line in text.splitlines():
+            name = line.strip().lstrip("| -")  # "  |  |--gb10-01", "  |--@vllm:"
+            if not name:
+                continue
+            if name.startswith("@") and name.endswith(":"):
+                groups.add(name[1:-1])
+            else:
+                hosts.add(name)
+        return cls(hosts, groups)
+
+
+def _ansible_inventory() -> str:
+    found = shutil.which("ansible-inventory")
+    beside = os.path.join(os.path.dirname(sys.executable), "ansible-inventory")
+    return found or beside
+
+
+async def read_inventory(path: str, timeout: float = 120.0) -> Inventory:
+    """The hosts and groups of the inventory at ``path`` (ValueError when ansible-inventory cannot list them)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            _ansible_inventory(), "-i", path, "--graph", stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    except OSError as exc:
+        raise ValueError("alertmanager: cannot run ansible-inventory to list the hosts of %s: %s" % (path, exc))
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise ValueError("alertmanager: ansible-inventory -i %s --graph did not answer in %d s" % (path, timeout))
+    inventory = Inventory.from_graph(out.decode("utf-8", "replace"))
+    if proc.returncode != 0 or not inventory.hosts:
+        raise ValueError("alertmanager: ansible-inventory -i %s --graph lists no host (rc %s): %s"
+                         % (path, proc.returncode, err.decode("utf-8", "replace").strip()[-500:]))
+    return inventory
+
+
+def host_problem(host: str, inventory: Inventory | None = None) -> str | None:
+    """Why ``host`` is not one inventory host (None when it is): ansible-rulebook makes it the --limit of a
+    playbook run, where ``all``, a group or a pattern would run the watchdog on many hosts."""
+    if host in _EVERY_HOST:
+        return "a pattern of every host, not one host"
+    if not _HOST_NAME.match(host):
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return "not a host name (a host pattern, or characters no host name has)"
+    if inventory is not None:
+        if host in inventory.groups:
+            return "a group of the inventory, not one host"
+        if host not in inventory.hosts:
+            return "not a host of the inventory"
+    return None
+
+
+def alert_events(payload: Any, settings: dict, endpoint: str, headers: dict, inventory: Inventory | None = None):
+    """The events of one notification and its refused alerts: ``(events, refused)``. The events are the payload
+    itself (unless ``skip_original_data``, or when an alert was refused), then one per alert whose host is one
+    inventory host or none; ``refused`` is ``[(host, why)]`` of the others. ValueError past ``max_alerts``."""
     separator = settings["data_path_separator"]
     if settings["data_alerts_path"]:
         try:
@@ -138,6 +252,10 @@ def alert_events(payload: Any, settings: dict, endpoint: str, headers: dict) -> 
             alerts = [alerts]
     else:
         alerts = [payload]
+    if len(alerts) > settings["max_alerts"]:
+        raise ValueError("%d alerts in one notification, more than max_alerts %d"
+                         % (len(alerts), settings["max_alerts"]))
+    events, refused = [], []
     for alert in alerts:
         hosts = []
         if settings["data_host_path"]:
@@ -146,49 +264,156 @@ def alert_events(payload: Any, settings: dict, endpoint: str, headers: dict) -> 
             except KeyError:
                 host = None
             if host:
+                why = host_problem(host, inventory)
+                if why:
+                    refused.append((host, why))
+                    continue
                 hosts.append(host)
-        events.append({"alert": alert, "meta": {"endpoint": endpoint, "headers": dict(headers), "hosts": hosts}})
-    return events
+        # One headers dict per notification, shared by its events: a copy per alert costs memory, not safety.
+        events.append({"alert": alert, "meta": {"endpoint": endpoint, "headers": headers, "hosts": hosts}})
+    if not settings["skip_original_data"] and not refused:
+        events.insert(0, {"payload": payload, "meta": {"endpoint": endpoint, "headers": headers}})
+    return events, refused
 
 
 def _authorized(request: web.Request, token: str | None) -> bool:
+    """Whether the request carries ``Authorization: Bearer <token>``. The header's bytes are compared as they came
+    (aiohttp keeps bytes that are not UTF-8 as surrogates): any header that is not the token is refused."""
     if not token:
         return True
-    scheme, _sep, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+    header = request.headers.get("Authorization", "")
+    scheme, _sep, given = header.partition(" ")
+    try:
+        given_bytes = given.strip().encode("utf-8", "surrogateescape")
+    except UnicodeError:
+        return False
+    return scheme.lower() == "bearer" and hmac.compare_digest(given_bytes, token.encode("utf-8"))
+
+
+def _text(value: Any, limit: int = 120) -> str:
+    """A value for one log line: printable, one line, bounded."""
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    text = _CONTROL.sub("?", text)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _describe(alert: Any) -> str:
     if not isinstance(alert, dict):
         return "?"
     labels = alert.get("labels") if isinstance(alert.get("labels"), dict) else {}
-    return "%s %s %s" % (labels.get("alertname", "?"), alert.get("status", "?"), labels.get("instance", ""))
+    return "%s %s %s" % (_text(labels.get("alertname", "?"), 60), _text(alert.get("status", "?"), 20),
+                         _text(labels.get("instance", ""), 80))
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON ``value`` nests deeper than ``limit`` (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _refuse(request: web.Request, status: int, why: str, headers: dict | None = None) -> web.Response:
+    LOG.warning("alertmanager: refused a %s to %s from %s with %d: %s", request.method, _text(request.path, 200),
+                request.remote, status, why)
+    return web.Response(status=status, text=why, headers=headers)
+
+
+def _clean_headers(request: web.Request) -> dict:
+    """The request's headers for the events: never the Authorization header; bytes that are not UTF-8 replaced."""
+    return dict((_text(key, 200), value.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+                for key, value in request.headers.items() if key.lower() != "authorization")
 
 
 async def _status(_request: web.Request) -> web.Response:
     return web.Response(status=200, text="up")
 
 
+async def _inventory_for(settings: dict, refused: list) -> Inventory | None:
+    """The inventory, read again (at most once a minute) when an alert names a host it did not have."""
+    inventory = settings.get("inventory_hosts")
+    if inventory is None or not any(why == "not a host of the inventory" for _host, why in refused):
+        return inventory
+    async with settings["inventory_lock"]:
+        inventory = settings["inventory_hosts"]
+        if time.monotonic() - inventory.read_at >= INVENTORY_REFRESH:
+            try:
+                inventory = settings["inventory_hosts"] = await read_inventory(settings["inventory"])
+            except ValueError as exc:
+                LOG.warning("%s; the hosts read before are kept", exc)
+                inventory.read_at = time.monotonic()
+    return inventory
+
+
 async def _receive(request: web.Request) -> web.Response:
     settings = request.app[_SETTINGS]
     if not _authorized(request, settings["token"]):
-        LOG.warning("alertmanager: refused a POST to %s from %s: no valid bearer token", request.path, request.remote)
-        return web.Response(status=401, text="Unauthorized")
+        return _refuse(request, 401, "no valid bearer token")
+    if request.content_length is not None and request.content_length > settings["max_body_bytes"]:
+        return _refuse(request, 413, "a body of %d bytes, over max_body_bytes %d"
+                       % (request.content_length, settings["max_body_bytes"]))
     try:
-        payload = json.loads(await request.read())
+        body = await asyncio.wait_for(request.read(), READ_TIMEOUT)
+    except web.HTTPRequestEntityTooLarge:
+        return _refuse(request, 413, "a body over max_body_bytes %d" % settings["max_body_bytes"])
+    except asyncio.TimeoutError:
+        return _refuse(request, 408, "the body did not arrive within %d s" % READ_TIMEOUT)
+    try:
+        payload = json.loads(body)
+    except RecursionError:
+        return _refuse(request, 400, "the body is JSON nested too deep")
     except (ValueError, UnicodeDecodeError) as exc:
-        LOG.warning("alertmanager: a POST to %s from %s is not JSON: %s", request.path, request.remote, exc)
-        return web.Response(status=400, text="the body is not JSON")
+        return _refuse(request, 400, "the body is not JSON: %s" % _text(str(exc), 200))
+    del body
     if not isinstance(payload, dict):
-        return web.Response(status=400, text="the body is not a JSON object")
+        return _refuse(request, 400, "the body is not a JSON object")
+    if _deeper_than(payload, MAX_DEPTH):
+        return _refuse(request, 400, "the body is JSON nested deeper than %d levels" % MAX_DEPTH)
     endpoint = request.match_info.get("endpoint", "")
-    headers = dict((key, value) for key, value in request.headers.items() if key.lower() != "authorization")
-    events = alert_events(payload, settings, endpoint, headers)
+    try:
+        events, refused = alert_events(payload, settings, endpoint, _clean_headers(request),
+                                       settings.get("inventory_hosts"))
+    except ValueError as exc:
+        return _refuse(request, 413, str(exc))
+    if refused and settings.get("inventory_hosts") is not None:
+        # A host added to the inventory since it was read: read it again, then judge the alerts again.
+        inventory = await _inventory_for(settings, refused)
+        events, refused = alert_events(payload, settings, endpoint, _clean_headers(request), inventory)
+    del payload
+    if settings["pending"] + len(events) > settings["max_alerts"]:
+        return _refuse(request, 503, "%d events already wait for the rule engine (max_alerts %d): retry later"
+                       % (settings["pending"], settings["max_alerts"]), headers={"Retry-After": "5"})
     alerts = [event["alert"] for event in events if "alert" in event]
-    LOG.info("alertmanager: %d alert(s) received on /%s from %s: %s", len(alerts), endpoint, request.remote,
-             ", ".join(_describe(alert) for alert in alerts) or "none")
-    for event in events:
-        await settings["queue"].put(event)
+    described = ", ".join(_describe(alert) for alert in alerts[:20]) + (
+        " and %d more" % (len(alerts) - 20) if len(alerts) > 20 else "")
+    if alerts or not refused:
+        LOG.info("alertmanager: %d alert(s) received on /%s from %s: %s", len(alerts), _text(endpoint, 200),
+                 request.remote, described or "none")
+    # Bounded: the events of this notification wait here until the rule engine's queue takes each.
+    settings["pending"] += len(events)
+    left = len(events)
+    try:
+        for event in events:
+            await settings["queue"].put(event)
+            left -= 1
+            settings["pending"] -= 1
+    finally:
+        settings["pending"] -= left
+    if refused:
+        names = "; ".join("%s: %s" % (_text(host, 80), why) for host, why in refused[:10])
+        more = " and %d more" % (len(refused) - 10) if len(refused) > 10 else ""
+        return _refuse(request, 422, "%d alert(s) put on the queue; %d refused, their host is not one inventory "
+                       "host (%s%s)" % (len(alerts), len(refused), names, more))
     return web.Response(status=202, text="Received")
 
 
@@ -212,6 +437,15 @@ def settings_from(args: dict) -> dict:
         raise ValueError("alertmanager: host %s is reachable from other machines, and no token is set: anyone "
                          "there could start watchdog runs. Set token (the bearer token of Alertmanager's "
                          "webhook), or listen on localhost." % host)
+    limits = {}
+    for name, default in (("max_body_bytes", MAX_BODY), ("max_alerts", MAX_ALERTS)):
+        value = args.get(name)
+        try:
+            limits[name] = default if value in (None, "") else int(value)
+        except (TypeError, ValueError):
+            limits[name] = -1
+        if limits[name] < 1:
+            raise ValueError("alertmanager: %s must be a whole number of at least 1, got %r" % (name, value))
     return {
         "host": host,
         "port": int(args.get("port") or 5000),
@@ -220,18 +454,58 @@ def settings_from(args: dict) -> dict:
         "data_path_separator": str(args.get("data_path_separator") or "."),
         "skip_original_data": bool(skip),
         "token": str(args["token"]) if args.get("token") else None,
+        "inventory": str(args["inventory"]) if args.get("inventory") else None,
+        "max_body_bytes": limits["max_body_bytes"],
+        "max_alerts": limits["max_alerts"],
     }
+
+
+class _OneLine(logging.LoggerAdapter):
+    """aiohttp's server logger with one line per error (the exception's type and message), never a traceback:
+    a request that is not HTTP, or whose headers are too long, is the client's error, not the source's."""
+
+    def process(self, msg, kwargs):
+        exc = kwargs.pop("exc_info", None)
+        if exc is True:
+            exc = sys.exc_info()[1]
+        if isinstance(exc, BaseException):
+            msg = "%s: %s: %s" % (msg, type(exc).__name__, _text(str(exc), 300))
+        kwargs.pop("stack_info", None)
+        return msg, kwargs
+
+
+@web.middleware
+async def _no_traceback(request: web.Request, handler):
+    """Every answer that is not a success says why in one log line; nothing a client sends gives a traceback."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        LOG.warning("alertmanager: refused a %s to %s from %s with %d: %s", request.method,
+                    _text(request.path, 200), request.remote, exc.status, exc.reason)
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other failure is a bad request, answered and logged in one line
+        why = "%s: %s" % (type(exc).__name__, _text(str(exc), 200))
+        return _refuse(request, 400, "the request could not be handled: %s" % why)
 
 
 async def main(queue: Any, args: dict) -> None:
     """Serve Alertmanager's webhook until the task is cancelled (ansible-rulebook's source entry point)."""
     settings = settings_from(args)
     settings["queue"] = queue
-    app = web.Application(client_max_size=MAX_BODY)
+    settings["pending"] = 0
+    settings["inventory_lock"] = asyncio.Lock()
+    settings["inventory_hosts"] = None
+    if settings["inventory"]:
+        settings["inventory_hosts"] = await read_inventory(settings["inventory"])
+        LOG.info("alertmanager: %d host(s) and %d group(s) in %s: an alert must name one of those hosts",
+                 len(settings["inventory_hosts"].hosts), len(settings["inventory_hosts"].groups), settings["inventory"])
+    app = web.Application(client_max_size=settings["max_body_bytes"], middlewares=[_no_traceback])
     app[_SETTINGS] = settings
     app.router.add_get("/", _status)
     app.router.add_post("/{endpoint:.*}", _receive)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, logger=_OneLine(logging.getLogger("aiohttp.server"), {}))
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings["host"], settings["port"])

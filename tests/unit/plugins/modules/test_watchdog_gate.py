@@ -269,3 +269,60 @@ def test_restarts_total_only_grows(tmp_path):
     gate_raw(state, {'state_dir': str(state), 'instances': stuck, 'textfile': str(textfile), 'startup_grace': 0,
                      'cooldown': 0})
     assert 'vllm_watchdog_restarts_total{vllm_instance="vllm"} 2' in textfile.read_text()
+
+
+def test_a_cut_verdict_line_loses_nothing_and_the_evidence_names_it(tmp_path):
+    state = tmp_path / 'state'
+    state.mkdir(mode=0o700)
+    verdicts = state / 'vllm.verdicts.jsonl'
+    verdicts.write_text('{"action": "none", "state": "busy", "time": "2026-12-01T11:42:15Z"}\n{"action": "no')
+    result = gate(state)
+    assert result['action'] == 'restart', result
+    lines = verdicts.read_text().splitlines()
+    assert lines[1] == '{"action": "no'  # the cut line stays as it was, on its own line
+    record = json.loads(lines[2])  # the restart's own record is whole and readable
+    assert (record['state'], record['action']) == ('stuck', 'restart')
+    evidence = json.loads(open(result['instances'][0]['evidence_file']).read())
+    assert [(v['state'], v['action']) for v in evidence['recent_verdicts']] == [('busy', 'none'), ('stuck', 'restart')]
+    assert evidence['damaged_verdict_lines'] == ['%s line 2 is not a JSON object: %r' % (verdicts, '{"action": "no')]
+
+
+def test_a_textfile_that_cannot_be_written_is_said_in_the_result_a_warning_and_the_facts(tmp_path):
+    state = tmp_path / 'state'
+    textfile = tmp_path / 'missing-dir' / 'vllm_watchdog.prom'
+    result = gate_raw(state, {'state_dir': str(state), 'host': 'gb10-01', 'textfile': str(textfile),
+                              'instances': [{'name': 'vllm', 'verdict': {'state': 'idle', 'reason': 'ok'}}]})
+    assert not result.get('failed'), result
+    assert str(textfile) in result['textfile_error'] and 'No such file' in result['textfile_error']
+    assert result['textfile_error'] in json.dumps(result['warnings'])  # ansible-core 2.19's warning records
+    facts = result['ansible_facts']['vllm_watchdog_results']
+    assert [f['textfile_error'] for f in facts] == [result['textfile_error']]
+    assert not textfile.parent.exists()  # never created behind the operator's back
+
+
+def test_the_key_never_reaches_the_evidence_the_history_or_the_result(tmp_path):
+    """vLLM's start-up line carries the key (``'api_key': [...]``); so can a reason, a log line, a failure."""
+    key = 'sk-gate-%s' % os.urandom(6).hex()
+    other = 'sk-unconfigured-%s' % os.urandom(6).hex()  # not configured here, but spelled as vLLM spells a key
+    log = ("INFO 12-01 11:02:03 [utils.py:233] non-default args: {'model': '/models/tiny', 'api_key': ['%s'], "
+           "'port': 8000}\nINFO started with --api-key %s\nDEBUG Authorization: Bearer %s" % (key, other, other))
+    state = tmp_path / 'state'
+    logfile = tmp_path / 'vllm.log'  # the service's log, as journalctl or docker logs would print it
+    logfile.write_text(log + '\n')
+    instance = {'name': 'vllm', 'restart_method': 'command', 'api_key': key, 'logs_command': ['cat', str(logfile)],
+                'verdict': {'state': 'stuck', 'reason': 'frozen (key %s)' % key,
+                            'evidence': {'notes': ['probe sent with Authorization: Bearer %s' % key]}}}
+    result = gate_raw(state, {'state_dir': str(state), 'host': 'gb10-01', 'instances': [instance]})
+    assert result['instances'][0]['action'] == 'restart', result
+    evidence = open(result['instances'][0]['evidence_file']).read()
+    assert 'non-default args' in evidence and 'started with --api-key' in evidence  # the log is kept ...
+    failed = gate_raw(state, {'state_dir': str(state), 'record_failure': {
+        'name': 'vllm', 'error': 'restart: vllm serve --api-key %s exited 1' % other}})
+    logfile.unlink()
+    for answer in (result, failed):
+        answer.pop('invocation')  # what the test gave it, as given
+    everything = '\n'.join([json.dumps(result), json.dumps(failed)] + [
+        path.read_text() for path in state.rglob('*') if path.is_file()])  # the gate's files
+    for secret in (key, other):  # ... and no key anywhere
+        assert secret not in everything
+        assert secret[3:] not in everything

@@ -1,0 +1,39 @@
+"""The watchdog's summary and results: a textfile that could not be written is said, per host, never dropped."""
+
+from ansible_collections.modelops.vllm.plugins.filter.watchdog_summary import watchdog_summary
+from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
+
+WHY = ('the textfile /nope/vllm_watchdog.prom could not be written ([Errno 2] No such file or directory): '
+       'Prometheus gets no vllm_watchdog_* metric from this host, so no alert can fire on it')
+
+
+def gate(textfile_error=None):
+    return {'instances': [{'name': 'chat', 'state': 'idle', 'action': 'none', 'decision': 'healthy'},
+                          {'name': 'embed', 'state': 'busy', 'action': 'none', 'decision': 'healthy'}],
+            'textfile_error': textfile_error}
+
+
+INSTANCES = [{'name': 'chat', 'url': 'http://127.0.0.1:8000'}, {'name': 'embed', 'url': 'http://127.0.0.1:8001'}]
+
+
+def test_every_result_of_the_host_carries_its_textfile_error():
+    results = watchdog_results(gate(WHY), 'gb10-01', INSTANCES)
+    assert [r['textfile_error'] for r in results] == [WHY, WHY]
+    assert [r['failed'] for r in results] == [False, False]  # the instances are fine; the host's file is not
+    assert [r['textfile_error'] for r in watchdog_results(gate(), 'gb10-01', INSTANCES)] == [None, None]
+
+
+def test_the_summary_has_a_line_per_host_whose_textfile_was_not_written_and_names_it_in_the_headline():
+    results = watchdog_results(gate(WHY), 'gb10-01', INSTANCES) + watchdog_results(gate(), 'gb10-02', INSTANCES)
+    summary = watchdog_summary(results)
+    assert summary['textfile_errors'] == ['gb10-01: %s' % WHY]
+    assert summary['lines'][-1] == 'gb10-01/*: watchdog: TEXTFILE NOT WRITTEN - %s' % WHY
+    assert len(summary['lines']) == 5  # four instances, one host's textfile
+    assert summary['headline'].endswith('; textfile not written: gb10-01')
+    assert summary['counts'] == {'idle': 2, 'busy': 2}  # counted once per instance, as before
+
+
+def test_a_summary_where_every_textfile_was_written_says_nothing_of_it():
+    summary = watchdog_summary(watchdog_results(gate(), 'gb10-02', INSTANCES))
+    assert summary['textfile_errors'] == [] and 'textfile' not in summary['headline']
+    assert len(summary['lines']) == 2

@@ -1,0 +1,54 @@
+"""The state directory's logs: a cut last line never takes the next record with it, and readers name it."""
+
+import json
+
+from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
+
+
+def _lines(path):
+    return path.read_text().split('\n')
+
+
+def test_an_append_after_a_cut_line_starts_on_a_line_of_its_own(tmp_path):
+    path = tmp_path / 'vllm.verdicts.jsonl'
+    path.write_text('{"state": "busy", "action": "none"}\n{"state": "stu')  # cut by a crash or a full disk
+    statedir.append_line(str(path), json.dumps({'state': 'stuck', 'action': 'restart'}))
+    lines = _lines(path)
+    assert lines[-1] == ''  # every record ends its line
+    assert lines[:-1] == ['{"state": "busy", "action": "none"}', '{"state": "stu', '{"state": "stuck", "action": "restart"}']
+    # The record just appended is whole, so the restart's own record is readable.
+    assert json.loads(lines[2]) == {'state': 'stuck', 'action': 'restart'}
+
+
+def test_appends_to_a_whole_file_add_no_blank_line(tmp_path):
+    path = tmp_path / 'log.jsonl'
+    for number in range(3):
+        statedir.append_line(str(path), json.dumps({'n': number}))
+    assert path.read_text() == '{"n": 0}\n{"n": 1}\n{"n": 2}\n'
+
+
+def test_a_cut_line_in_a_file_that_rotates_is_left_in_the_older_file(tmp_path):
+    path = tmp_path / 'log.jsonl'
+    path.write_text('x' * 100)  # one cut line, no newline
+    statedir.append_line(str(path), '{"n": 1}', max_bytes=105)
+    assert path.read_text() == '{"n": 1}\n'
+    assert (tmp_path / 'log.jsonl.1').read_text() == 'x' * 100
+
+
+def test_json_lines_skips_and_names_the_damaged_lines():
+    records, damaged = statedir.json_lines(['{"a": 1}', '{"a": 2', '', '[1, 2]', 'NaN', '{"a": 3}'], first=7)
+    assert records == [{'a': 1}, {'a': 3}]
+    assert [d.split(' is ')[0] for d in damaged] == ['line 8', 'line 10', 'line 11']
+    assert "'{\"a\": 2'" in damaged[0]
+
+
+def test_tail_json_counts_lines_from_the_start_of_the_file(tmp_path):
+    path = tmp_path / 'vllm.verdicts.jsonl'
+    path.write_text(''.join('{"n": %d}\n' % n for n in range(30)) + '{"n": 30, "cut\n{"n": 31}\n')
+    records, damaged = statedir.tail_json(str(path), 5)
+    assert [r['n'] for r in records] == [27, 28, 29, 31]
+    assert damaged == ['%s line 31 is not a JSON object: %r' % (path, '{"n": 30, "cut')]
+
+
+def test_tail_json_of_a_missing_file_is_empty(tmp_path):
+    assert statedir.tail_json(str(tmp_path / 'none.jsonl'), 20) == ([], [])
