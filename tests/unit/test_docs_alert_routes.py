@@ -32,7 +32,8 @@ def receivers_of(route, labels):
 
 def test_the_rulebook_reacts_to_alerts_the_rules_have():
     names = rulebook_alerts()
-    assert names == {'VllmWatchdogCheck', 'VllmEngineStuck'}
+    assert names == {'VllmWatchdogCheck', 'VllmEngineStuck', 'VllmEngineLivelocked'}
+    assert all(labels_of(name) for name in names)  # every trigger is an alert of the shipped rules
     assert labels_of('VllmWatchdogCheck')['severity'] == 'none'
 
 
