@@ -138,7 +138,7 @@ def load_history(text):
         return empty_history(), None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, 'it is empty' if not text.strip() else 'it is not JSON'
     if not isinstance(data, dict):
         return None, 'it is not a JSON object'

@@ -96,7 +96,7 @@ def read_results(path, timeout, sleep=time.sleep, clock=time.monotonic):
             return None, 'the check\'s result file %s does not exist' % path
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None  # being replaced right now: read again
         if isinstance(data, dict) and not (data.get('started') and data.get('finished') in (False, 0)):
             try:

@@ -104,7 +104,7 @@ def parse_docker_state(rc, stdout, stderr=''):
     if rc == 0:
         try:
             state = json.loads(stdout or '')
-        except ValueError:
+        except (ValueError, RecursionError):
             state = None
     if not isinstance(state, dict):
         return {'running': None, 'started_at': None,

@@ -160,3 +160,9 @@ def test_a_paused_since_that_cannot_be_true_starts_the_pause_now(forged):
 def test_paused_clears_a_failed_restart_as_any_serving_state_does():
     decision = decide('paused', RUNNING_LONG, None, NOW, S, failed_restart={'at': NOW - 600, 'error': 'x'})
     assert decision['action'] == NONE and 'cleared' in decision['reason']
+
+
+def test_a_history_nested_deeper_than_the_stack_is_damage_not_a_crash():
+    from ansible_collections.modelops.vllm.plugins.module_utils._decide import load_history
+    history, why = load_history('[' * 200000 + ']' * 200000)
+    assert history is None and why == 'it is not JSON'
