@@ -48,13 +48,6 @@ from tests.support.ports import span  # noqa: E402  pylint: disable=wrong-import
 
 OUT = REPO / "benchmarks" / "results" / "field_signatures.json"
 DEFAULTS = {"period_s": 300, "window_s": 1200, "watchdog_check_alert_s": 120, "livelock_alert_s": 1200}
-SETTINGS = {
-    "vllm_watchdog_interval": 1,
-    "vllm_watchdog_probe_timeout": 3,
-    "vllm_watchdog_metrics_timeout": 3,
-    "vllm_watchdog_ready_delay": 1,
-    "vllm_watchdog_ready_timeout": 60,
-}
 # What Prometheus sees of each signature (docs/prometheus.md): a frozen engine with work in flight
 # triggers the watchdog after 2 minutes; idle-looking hangs are invisible; livelocks fire after the window.
 ALERT = {"idle-hang": None, "unscheduled": None, "dead-engine": "frozen", "deadlock": "livelock",
@@ -63,7 +56,7 @@ ALERT = {"idle-hang": None, "unscheduled": None, "dead-engine": "frozen", "deadl
 
 def measure(window, period, runs):
     with run_simulator(port_range=span("field-bench")) as sim, tempfile.TemporaryDirectory() as tmp:
-        corpus = field.Corpus(sim, tmp, window, SETTINGS, [s for s in field.SIGNATURES if s.restart])
+        corpus = field.Corpus(sim, tmp, window, field.SCALED, [s for s in field.SIGNATURES if s.restart])
         corpus.start()
         try:
             for index in range(runs):

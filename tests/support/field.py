@@ -19,6 +19,14 @@ from tests.support.ansible_run import run_playbook
 from tests.support.standins import Standins
 
 LONG = 10 ** 8  # max_tokens: decoding for ever at the simulator's step rates
+# The role's settings for a scaled schedule: short waits and timeouts (a check takes seconds).
+SCALED = {
+    "vllm_watchdog_interval": 1,
+    "vllm_watchdog_probe_timeout": 3,
+    "vllm_watchdog_metrics_timeout": 3,
+    "vllm_watchdog_ready_delay": 1,
+    "vllm_watchdog_ready_timeout": 60,
+}
 
 
 class Signature(object):
