@@ -166,9 +166,10 @@ def service_status(run, method, service=None, compose_project_dir=None, command=
 def run_argv(argv, timeout=60, env=None, keep=MAX_OUTPUT):
     """Run one command: (rc, stdout, stderr), the outputs cut to their last ``keep`` characters.
     rc is None when it could not run (not found, or still running after ``timeout`` seconds)."""
+    # Not AnsibleModule.run_command: it has no timeout, and a hung systemctl or docker must not hold the gate's lock.
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=timeout, env=env, check=False)
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=ansible-bad-function
+                              stderr=subprocess.PIPE, timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired:
         return None, '', 'still running after %s s (stopped)' % timeout
     except (OSError, ValueError) as exc:
