@@ -174,9 +174,13 @@ SAVE_PLAY = """
         mode: "0600"
       loop: [vllm_check, vllm_checks, vllm_watchdog_results]
       vars:
+        # vllm_watchdog_results is a fact (the role's gate module returns it); vllm_check(s) are set_fact variables.
         _out: >-
           {%- set out = {} -%}
-          {%- for host in groups['all'] -%}{%- set _ = out.update({host: hostvars[host][item] | default(None)}) -%}{%- endfor -%}
+          {%- for host in groups['all'] -%}
+          {%- set _from = hostvars[host].ansible_facts if item == 'vllm_watchdog_results' else hostvars[host] -%}
+          {%- set _ = out.update({host: _from[item] | default(None)}) -%}
+          {%- endfor -%}
           {{ out }}
 """
 

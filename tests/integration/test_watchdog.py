@@ -53,7 +53,7 @@ WATCHDOG_PLAY = """
   tasks:
     - name: Save vllm_watchdog_results
       ansible.builtin.copy:
-        content: "{{ vllm_watchdog_results | to_json }}"
+        content: "{{ ansible_facts.vllm_watchdog_results | to_json }}"
         dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
         mode: "0600"
 """
@@ -152,7 +152,7 @@ UNREACHABLE_PLAY = """
   tasks:
     - name: Save every host's results
       ansible.builtin.copy:
-        content: "{{ dict(groups['vllm'] | zip(groups['vllm'] | map('extract', hostvars, 'vllm_watchdog_results'))) | to_json }}"
+        content: "{{ dict(groups['vllm'] | zip(groups['vllm'] | map('extract', hostvars, ['ansible_facts', 'vllm_watchdog_results']))) | to_json }}"
         dest: "{{ out_dir }}/results.json"
         mode: "0600"
 """

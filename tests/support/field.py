@@ -170,7 +170,7 @@ WATCHDOG_PLAY = """
   tasks:
     - name: Save vllm_watchdog_results
       ansible.builtin.copy:
-        content: "{{ hostvars[item].vllm_watchdog_results | default(none) | to_json }}"
+        content: "{{ hostvars[item].ansible_facts.vllm_watchdog_results | default(none) | to_json }}"
         dest: "{{ out_dir }}/{{ item }}.json"
         mode: "0600"
       loop: "{{ groups['vllm'] }}"
