@@ -111,7 +111,7 @@ def project(measured):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--period", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=0, help="default: enough for the window plus three runs")
@@ -136,8 +136,9 @@ def main():
         alert = ("%d s / %d s" % (p["alert_path"]["expected_s"], p["alert_path"]["worst_s"])
                  if p and p["alert_path"] else "not seen by Prometheus" if p else "-")
         caught = m["caught"]
-        print("| %s | %s | %s (%d) | %s | %s | %s |" % (host, m["source"], caught["runs"] if caught else "-",
-                                                    m["window_runs"], caught["seconds"] if caught else "-", sched, alert))
+        print("| %s | %s | %s (%d) | %s | %s | %s |" % (
+            host, m["source"], caught["runs"] if caught else "-", m["window_runs"], caught["seconds"] if caught else "-",
+            sched, alert))
     missed = [host for host, m in measured.items() if m["restarts"] != 1]
     if missed:
         print("NOT restarted exactly once: %s" % ", ".join(missed))
