@@ -193,15 +193,19 @@ class CallbackModule(DefaultCallback):
 
     # ------------------------------------------------------------------------------------- playbook
 
+    def _banners(self):
+        """Play and task banners, recaps: with -v, and never ad hoc (the minimal callback prints none)."""
+        return not self._compact() and not self._adhoc()
+
     def v2_playbook_on_start(self, playbook):
         self._check_mode = bool(context.CLIARGS.get('check'))
-        if not self._compact():
+        if self._banners():
             super(CallbackModule, self).v2_playbook_on_start(playbook)
 
     def v2_playbook_on_play_start(self, play):
         self._controller_play = list(getattr(play, 'hosts', None) or []) == ['localhost'] or (
             getattr(play, 'hosts', None) == 'localhost')
-        if not self._compact():
+        if self._banners():
             return super(CallbackModule, self).v2_playbook_on_play_start(play)
         self._play = play
         return None
@@ -211,7 +215,7 @@ class CallbackModule(DefaultCallback):
             self._worked.add(_host(result))
 
     def v2_playbook_on_task_start(self, task, is_conditional):
-        if not self._compact():
+        if self._banners():
             super(CallbackModule, self).v2_playbook_on_task_start(task, is_conditional)
 
     def v2_playbook_on_handler_task_start(self, task):
