@@ -347,8 +347,8 @@ ANSIBLE_CFG = os.path.join(REPO, 'execution-environment', 'ansible.cfg')
 
 def write_ansible_cfg(p):
     with open(ANSIBLE_CFG) as handle:
-        _write(p['ansible_cfg'], '# The sandbox of `make try`: %s, as it is.\n%s' % (os.path.relpath(ANSIBLE_CFG, REPO),
-                                                                                    handle.read()))
+        text = handle.read()
+    _write(p['ansible_cfg'], '# The sandbox of `make try`: %s, as it is.\n%s' % (os.path.relpath(ANSIBLE_CFG, REPO), text))
 
 
 def write_env(p, lifetime=0):

@@ -25,7 +25,6 @@ import pytest
 import yaml
 
 from tests.support import ansible_run
-from tests.support.paths import REPO
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -208,8 +207,8 @@ def watchdog_inventory(tmp_path, hosts):
 
 
 def test_a_misspelled_variable_is_named_once_and_strict_makes_it_an_error(tmp_path):
-    inv = watchdog_inventory(tmp_path, {'a': {'vllm_ulr': 'http://10.0.0.1:8000'}, 'b': {}, 'c': {'vllm_mine': 1,
-                                                                                                    'vllm_own_variables': ['vllm_mine']}})
+    mine = {'vllm_mine': 1, 'vllm_own_variables': ['vllm_mine']}
+    inv = watchdog_inventory(tmp_path, {'a': {'vllm_ulr': 'http://10.0.0.1:8000'}, 'b': {}, 'c': mine})
     args = ['ansible-playbook', '-i', inv, 'modelops.vllm.watchdog', '--check', '-e', 'vllm_watchdog_restart_methd=docker']
     proc = ansible(args, ONELINE)
     assert proc.returncode == 0, proc
@@ -238,8 +237,8 @@ def test_a_misspelled_variable_is_named_once_and_strict_makes_it_an_error(tmp_pa
 
 
 def test_a_bad_value_fails_its_host_in_one_line_and_the_watchdog_goes_on_for_the_others(tmp_path):
-    inv = watchdog_inventory(tmp_path, {'a': {}, 'b': {'vllm_watchdog_restart_method': 'dokcer', 'vllm_kind': 'prxy',
-                                                    'vllm_api_key': ['sk-NOT-SHOWN']}, 'c': {}})
+    bad = {'vllm_watchdog_restart_method': 'dokcer', 'vllm_kind': 'prxy', 'vllm_api_key': ['sk-NOT-SHOWN']}
+    inv = watchdog_inventory(tmp_path, {'a': {}, 'b': bad, 'c': {}})
     proc = ansible(['ansible-playbook', '-i', inv, 'modelops.vllm.watchdog', '--check'], ONELINE)
     assert proc.returncode == 2, proc
     lines = proc.stdout.strip().splitlines()
