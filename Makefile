@@ -145,6 +145,7 @@ TRY_DIR ?= .cache/try
 try: $(STAMP) collection-link
 	@scripts/ensure-nginx.sh >/dev/null || echo "try: nginx could not be installed: the sandbox has no proxy"
 	@scripts/ensure-tools.sh jq >/dev/null || echo "try: jq could not be installed: docs/schedule.md's history commands need it"
+	@scripts/ensure-prometheus.sh >/dev/null || echo "try: promtool could not be installed: docs/prometheus.md's commands need it"
 	@$(BIN)/python scripts/try.py start --dir $(TRY_DIR) $(TRY_ARGS)
 
 try-stop:

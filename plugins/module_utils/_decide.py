@@ -285,10 +285,13 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         if running is None:
             return result(NONE, 'down, and the service manager cannot say whether it is starting (%s): not restarting'
                           % (service.get('status') or 'no status'))
-        if running and (uptime is None or uptime < grace):
-            since = 'for %s' % _fmt(uptime) if uptime is not None else 'for an unknown time'
-            return result(NONE, 'down, but the service has been running %s, within the start-up grace of %s: it is '
-                                'starting (loading weights), not restarted' % (since, _fmt(grace)))
+        if running and uptime is None:
+            return result(NONE, 'down, and the service runs for an unknown time (%s, no start time): it may still be '
+                                'starting (loading weights), so it is not restarted; only one that ran past the start-up '
+                                'grace of %s is' % (service.get('status') or 'running', _fmt(grace)))
+        if running and uptime < grace:
+            return result(NONE, 'down, but the service has been running for %s, within the start-up grace of %s: it is '
+                                'starting (loading weights), not restarted' % (_fmt(uptime), _fmt(grace)))
     elif uptime is not None and uptime < grace:
         return result(NONE, 'stuck, but it started %s ago (by %s), within the start-up grace of %s: not restarted yet'
                       % (_fmt(uptime), which, _fmt(grace)))
