@@ -555,13 +555,19 @@ def test_one_place_performs_a_restart():
         'Resume | leave the watchdog paused for a human, with the reason in the pause file',
         'Resume | the watchdog (the host serves again, or was not touched)'], modules
     # Nothing else that could restart, read the pause file or wait until ready on its own (shell, systemd, uri, slurp).
+    assert 'modelops.vllm.validate_variables' in modules  # the preflight names a misspelt variable (issue 15)
     assert set(modules) <= {'ansible.builtin.assert', 'ansible.builtin.set_fact', 'ansible.builtin.command',
                             'ansible.builtin.file', 'ansible.builtin.copy', 'ansible.builtin.lineinfile',
                             'ansible.builtin.debug', 'ansible.builtin.fail', 'ansible.builtin.set_stats',
                             'ansible.builtin.import_tasks', 'modelops.vllm.health', 'modelops.vllm.restart',
-                            'modelops.vllm.watchdog_pause'}, sorted(modules)
+                            'modelops.vllm.watchdog_pause',
+                            'modelops.vllm.validate_variables'}, sorted(modules)  # validate: on the controller only
     with open(os.path.join(REPO, 'playbooks', 'rollout.yml')) as handle:
         plays = yaml.safe_load(handle)
-    assert [play.get('roles') for play in plays] == [None, [{'role': 'modelops.vllm.rollout'}]], plays
-    assert plays[0]['tasks'] == [{'name': "Check this host's rollout settings", 'ansible.builtin.include_role': {
-        'name': 'modelops.vllm.rollout', 'tasks_from': 'preflight'}}], plays[0]
+    # the hosts to roll out (on the controller), every host's settings, then the batches
+    assert [play.get('roles') for play in plays] == [None, None, [{'role': 'modelops.vllm.rollout'}]], plays
+    assert [next(k for k in task if '.' in k) for task in plays[0]['tasks']] == ['ansible.builtin.assert'], plays[0]
+    assert [next(k for k in task if '.' in k) for task in plays[1]['tasks']] == [
+        'modelops.vllm.validate_variables', 'ansible.builtin.include_role'], plays[1]
+    assert plays[1]['tasks'][1] == {'name': "Check this host's rollout settings", 'ansible.builtin.include_role': {
+        'name': 'modelops.vllm.rollout', 'tasks_from': 'preflight'}}, plays[1]
