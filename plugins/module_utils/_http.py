@@ -40,7 +40,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._urls import (
     validate_api_key,
     validate_url,
 )
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CheckError, Fetched
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched
 
 # requests is imported where a request is made, not with this module: a check started in the
 # background (the task returns at once) and everything that only shows a URL do not pay for it.

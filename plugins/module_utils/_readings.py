@@ -28,6 +28,7 @@ __metaclass__ = type
 import math
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import iter_samples
+from ansible_collections.modelops.vllm.plugins.module_utils._types import MAX_NAME
 
 RUNNING = 'vllm:num_requests_running'
 WAITING = 'vllm:num_requests_waiting'
@@ -68,8 +69,6 @@ MAX_ENGINES = 256
 EVIDENCE_ENGINES = 16
 # A request gauge above this is not a number of requests.
 MAX_REQUESTS = 1e9
-# A model name longer than this is not used (the probe then asks /v1/models).
-MAX_NAME = 256
 # Values left out, named per engine in the evidence; past this many they are only counted.
 MAX_PROBLEMS = 5
 _WANTED = frozenset(PROGRESS_COUNTERS + _GAUGES + V0_ONLY + (START_TIME,))

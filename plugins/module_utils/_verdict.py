@@ -10,7 +10,7 @@ injected, so every branch is tested without a server and without sleeping.
 ``server`` is any object with these methods, each returning a ``Fetched``:
 ``metrics()``, ``health()``, ``version()``, ``models()``, ``is_paused()`` and
 ``probe(model)`` (a one-token request). ``Fetched.error`` is None for an
-HTTP answer (whatever its status) or one of ``FETCH_ERRORS``.
+HTTP answer (whatever its status) or one of ``_types.FETCH_ERRORS``.
 
 The rule: a health check must not use what it guards. The server's own
 counters are read first; a request is sent only to a server with nothing in
@@ -26,28 +26,11 @@ import re
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
-
-STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown')
-
-# Why a request got no HTTP answer.
-FETCH_ERRORS = (
-    'refused',      # nothing listens (connection refused, host unreachable, name does not resolve)
-    'timeout',      # no answer at all in time (not even a status line)
-    'incomplete',   # an answer started (status line and headers) but did not complete in time
-    'deadline',     # the check's overall deadline left no time for it (see check_deadline)
-    'dropped',      # the connection was closed or reset before an answer
-    'too_large',    # the body is over the size cap
-    'tls',          # certificate or TLS handshake failure
-    'redirect',     # a redirect to another server, or too many
-    'invalid',      # the answer is not what the endpoint gives (set by the verdict code)
-    'client',       # the HTTP client failed on the answer (not the server's silence)
-)
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched, clip, model_ids
 
 # A probe counts as unanswered only when it waited this share of probe_timeout (clock granularity).
 FULL_WAIT = 0.98
-# Lengths kept of strings that come from the server or from exceptions.
-MAX_MESSAGE = 300
-MAX_IDS = 16
+# Notes kept in the evidence.
 MAX_NOTES = 20
 
 # The check's settings: (smallest, largest, whether the smallest itself is allowed). The health module,
@@ -67,42 +50,7 @@ def check_deadline(interval, probe_timeout, metrics_timeout):
     return 2 * interval + 2 * probe_timeout + 8 * metrics_timeout
 
 
-def clip(text, limit=MAX_MESSAGE):
-    """A string from outside, cut to a length that keeps results small."""
-    text = '%s' % (text,)
-    return text if len(text) <= limit else text[:limit] + '...'
-
-
 NO_PROBE = {'sent': False, 'ok': None, 'outcome': None, 'seconds': None, 'status': None, 'error': None, 'model': None}
-
-
-class CheckError(Exception):
-    """The check cannot run as configured (TLS failure, a bad URL, ...)."""
-
-
-class Fetched(object):
-    """What one HTTP request gave: a status and body, or an error."""
-
-    __slots__ = ('status', 'text', 'error', 'message', 'seconds')
-
-    def __init__(self, status=None, text=None, error=None, message=None, seconds=None):
-        self.status = status
-        self.text = text
-        self.error = error
-        self.message = message
-        self.seconds = seconds
-
-    def json(self):
-        try:
-            return json.loads(self.text or '')
-        except (ValueError, RecursionError):
-            # RecursionError: JSON nested deeper than the interpreter's stack (the body is capped at 1 MiB).
-            return None
-
-    def describe(self):
-        if self.error:
-            return '%s (%s)' % (self.error, clip(self.message)) if self.message else self.error
-        return 'HTTP %s' % self.status
 
 
 def engine_is_dead(fetched):
@@ -701,18 +649,6 @@ def _trim_engines(moved):
     out = dict((key, moved[key]) for key in keys[:readings.EVIDENCE_ENGINES])
     out['engines_not_shown'] = len(keys) - readings.EVIDENCE_ENGINES
     return out
-
-
-def model_ids(fetched):
-    """The model ids of a /v1/models answer (at most MAX_IDS, each of a sane length), or None."""
-    if fetched.error or fetched.status != 200:
-        return None
-    body = fetched.json()
-    if not isinstance(body, dict) or not isinstance(body.get('data'), list):
-        return None
-    ids = [m.get('id') for m in body['data'][:MAX_IDS] if isinstance(m, dict) and isinstance(m.get('id'), str)
-           and 0 < len(m['id']) <= readings.MAX_NAME]
-    return ids or None
 
 
 def check_proxy(server):

@@ -4,9 +4,8 @@ import json
 
 import pytest
 
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
-    CheckError,
-    Fetched,
     Judge,
     check_proxy,
     parse_version,
