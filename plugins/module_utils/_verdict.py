@@ -22,11 +22,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import re
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched, clip, model_ids
+from ansible_collections.modelops.vllm.plugins.module_utils import _vllm as profile
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import engine_is_dead, pause_answer, parse_version
 
 # A probe counts as unanswered only when it waited this share of probe_timeout (clock granularity).
 FULL_WAIT = 0.98
@@ -51,20 +52,6 @@ def check_deadline(interval, probe_timeout, metrics_timeout):
 
 
 NO_PROBE = {'sent': False, 'ok': None, 'outcome': None, 'seconds': None, 'status': None, 'error': None, 'model': None}
-
-
-def engine_is_dead(fetched):
-    """/health: 503 (>= 0.11) or 500 (0.8-0.10) when the engine died; nothing
-    listening means the process is gone. A slow /health says nothing."""
-    return fetched.error in ('refused', 'dropped') or (fetched.status is not None and fetched.status >= 500)
-
-
-def parse_version(text):
-    """'0.7.3' -> (0, 7); '0.11.0rc1' -> (0, 11); anything else -> None."""
-    match = re.match(r'\s*v?(\d{1,4})\.(\d{1,4})', text or '')
-    if not match:
-        return None
-    return int(match.group(1)), int(match.group(2))
 
 
 def probe_outcome(fetched, probe_timeout=None):
@@ -102,16 +89,6 @@ def probe_outcome(fetched, probe_timeout=None):
     if choices and isinstance(choices[0], dict) and choices[0].get('finish_reason'):
         return 'ok'
     return 'invalid'
-
-
-def pause_answer(fetched):
-    """True when an answer of GET /is_paused proves a pause: HTTP 200 and exactly {"is_paused": true}.
-    Anything else (404 without VLLM_SERVER_DEV_MODE, an error, no answer in time: the endpoint is an
-    RPC to the engine core, so a hung engine does not answer) is no proof."""
-    if fetched.error or fetched.status != 200:
-        return False
-    body = fetched.json()
-    return isinstance(body, dict) and body.get('is_paused') is True
 
 
 def _dead_or(fetched_health, verdict):
@@ -209,9 +186,8 @@ class Judge(object):
         (``mode=wait``), so it reads as a hang."""
         last = self.readings[-1] if self.readings else None
         if last is not None and last.weight_updates:
-            return self.finish('paused', 'a weight update is in flight (vllm:rl_weight_update_operations_in_flight '
-                                         '%s): generation is frozen on purpose; not probed, not judged'
-                               % _count(last.weight_updates))
+            return self.finish('paused', 'a weight update is in flight (%s %s): generation is frozen on purpose; '
+                                         'not probed, not judged' % (profile.WEIGHT_UPDATES, _count(last.weight_updates)))
         if self.pause_asked:
             return None
         fetched = self.server.is_paused()
@@ -276,8 +252,8 @@ class Judge(object):
             'running': last.running if last else None,
             'waiting': last.waiting if last else None,
             'kv_cache_usage': last.kv_cache if last else None,
-            'steps_per_second': readings.rate(first, last, readings.STEPS) if first is not last and first else None,
-            'generation_tokens_per_second': (readings.rate(first, last, readings.GENERATION)
+            'steps_per_second': readings.rate(first, last, profile.STEPS) if first is not last and first else None,
+            'generation_tokens_per_second': (readings.rate(first, last, profile.GENERATION)
                                              if first is not last and first else None),
             'version': self.version,
             'model': self.model or self._model_from_metrics() or (self.models[0] if self.models else None),
@@ -406,16 +382,17 @@ class Judge(object):
             self.version = body['version']
             parsed = parse_version(self.version)
             # V0 and V1 0.7.x observe a 0 into the step histogram while idle.
-            if parsed is not None and parsed < (0, 8):
+            if parsed is not None and parsed < profile.IDLE_TICKS_BEFORE:
                 self.idle_ticks = True
         first, failed = self.read()
         if first is None:
             return self.unreadable(failed)
         if not first.has_vllm:
-            return self.probe_only('/metrics has no vllm: series (a server started with --disable-log-stats)')
+            return self.probe_only('/metrics has no %s series (a server started with --disable-log-stats)'
+                                   % profile.PREFIX)
         if first.sleeping:
-            return self.finish('sleeping', 'the engine sleeps on purpose (vllm:engine_sleep_state awake=0): '
-                                           'not probed, not judged')
+            return self.finish('sleeping', 'the engine sleeps on purpose (%s %s=0): not probed, not judged'
+                               % (profile.SLEEP_STATE, profile.AWAKE))
         if first.in_flight is None:
             return self.not_readings(first)
         if first.in_flight == 0:
@@ -530,7 +507,7 @@ class Judge(object):
         raise AssertionError('unreachable')  # pragma: no cover
 
     def _busy_reason(self, before, after, moved):
-        what = sorted(set(name.replace('vllm:', '') for names in moved.values() for name in names))
+        what = sorted(set(name.replace(profile.PREFIX, '') for names in moved.values() for name in names))
         return ('%s request(s) in flight and the engine moved within %s s (%s); no probe sent'
                 % (_count(max(before.in_flight, after.in_flight)), self.interval, ', '.join(what[:8])))
 

@@ -78,12 +78,21 @@ def test_the_types_import_nothing_from_the_collection():
     assert GRAPH['_types'] == set()
 
 
+def test_the_engine_profile_imports_nothing_from_the_collection():
+    assert GRAPH['_vllm'] == set()
+
+
+@pytest.mark.parametrize('name', ['_readings', '_stall', '_http', '_verdict'])
+def test_the_reader_the_window_the_client_and_the_judge_read_the_engine_profile(name):
+    assert '_vllm' in GRAPH[name], (name, sorted(GRAPH[name]))
+
+
 @pytest.mark.parametrize('name', ['_urls', '_http', '_ready', '_redact', '_results'])
 def test_what_reads_urls_and_answers_does_not_load_the_decision_procedure(name):
     assert '_verdict' not in reachable(name), (name, sorted(reachable(name)))
 
 
-@pytest.mark.parametrize('name', ['_urls', '_types'])
+@pytest.mark.parametrize('name', ['_urls', '_types', '_vllm'])
 def test_the_standard_library_only_modules_do_not_load_the_metrics_parser(name):
     assert not {'_prometheus', '_readings'} & reachable(name), (name, sorted(reachable(name)))
 

@@ -8,9 +8,9 @@ from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckE
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
     Judge,
     check_proxy,
-    parse_version,
     probe_outcome,
 )
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import parse_version
 
 from fakes import (
     HEALTH_OK,
