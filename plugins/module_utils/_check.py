@@ -28,13 +28,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._http import Client
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import Window
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
-    CheckError,
-    Judge,
-    check_deadline,
-    check_proxy,
-    clip,
-)
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, clip
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge, check_deadline, check_proxy
 
 # The options that may differ per server; the others are shared.
 PER_SERVER = ('name', 'url', 'kind', 'api_key', 'model', 'probe_api')

@@ -40,7 +40,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._urls import (
     validate_api_key,
     validate_url,
 )
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CheckError, Fetched
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched
+from ansible_collections.modelops.vllm.plugins.module_utils import _vllm as profile
 
 # requests is imported where a request is made, not with this module: a check started in the
 # background (the task returns at once) and everything that only shows a URL do not pay for it.
@@ -111,30 +112,29 @@ class Client(object):
 
     def metrics(self):
         # A Prometheus client library answers OpenMetrics if asked: ask for text.
-        return self.request('GET', 'metrics', self.metrics_timeout, headers={'Accept': 'text/plain'},
+        return self.request('GET', profile.METRICS_PATH, self.metrics_timeout, headers={'Accept': 'text/plain'},
                             text_only=True, max_bytes=self.max_bytes)
 
     def health(self):
-        return self.request('GET', 'health', self.metrics_timeout)
+        return self.request('GET', profile.HEALTH_PATH, self.metrics_timeout)
 
     def version(self):
-        return self.request('GET', 'version', self.metrics_timeout)
+        return self.request('GET', profile.VERSION_PATH, self.metrics_timeout)
 
     def models(self):
-        return self.request('GET', 'v1/models', self.metrics_timeout, auth=True)
+        return self.request('GET', profile.MODELS_PATH, self.metrics_timeout, auth=True)
 
     def is_paused(self):
-        # vLLM's pause API (VLLM_SERVER_DEV_MODE=1): {"is_paused": bool}; 404 without dev mode. Not under
-        # /v1/, so not guarded by --api-key. An RPC to the engine core: a hung engine does not answer.
-        return self.request('GET', 'is_paused', self.metrics_timeout)
+        # vLLM's pause API (see _vllm.PAUSE_PATH): not under /v1/, so sent without the key.
+        return self.request('GET', profile.PAUSE_PATH, self.metrics_timeout)
 
     def probe(self, model):
         """One token, temperature 0: the smallest request that needs the engine."""
         if self.probe_api == 'chat':
-            path = 'v1/chat/completions'
+            path = profile.PROBE_PATHS['chat']
             body = {'messages': [{'role': 'user', 'content': 'ping'}]}
         else:
-            path = 'v1/completions'
+            path = profile.PROBE_PATHS['completions']
             body = {'prompt': 'ping'}
         body.update({'max_tokens': 1, 'temperature': 0, 'stream': False})
         if model:

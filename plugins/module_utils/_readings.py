@@ -11,7 +11,8 @@ and 0.7.x have none, so everything is engine "0"): requests running and
 waiting, deferred waiting requests, the KV-cache gauge, the sleep state, and
 the progress counters summed over their other labels. For the process as a
 whole it keeps the start time and the ``*_created`` values of vLLM series,
-which together tell whether two readings came from the same process.
+which together tell whether two readings came from the same process. vLLM's
+series and label names come from its profile, ``_vllm``.
 
 A number that cannot be true is not a reading: a gauge that is negative, NaN
 or infinite, a KV-cache usage outside 0..1, a counter that is negative or not
@@ -28,39 +29,33 @@ __metaclass__ = type
 import math
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import iter_samples
-
-RUNNING = 'vllm:num_requests_running'
-WAITING = 'vllm:num_requests_waiting'
-WAITING_BY_REASON = 'vllm:num_requests_waiting_by_reason'
-KV_CACHE = ('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc')
-SLEEP_STATE = 'vllm:engine_sleep_state'
-START_TIME = 'process_start_time_seconds'
-STEPS = 'vllm:iteration_tokens_total_count'
-GENERATION = 'vllm:generation_tokens_total'
-PROMPT = 'vllm:prompt_tokens_total'
-SUCCESS = 'vllm:request_success_total'
-PREEMPTIONS = 'vllm:num_preemptions_total'
-# Requests that ended this way did no useful work: a client that gave up, or an error.
-NOT_COMPLETED = ('abort', 'error')
-# RL weight transfers in flight (0.32+, vllm/entrypoints/rl/online/metrics.py): the trainer froze
-# generation on purpose. An API-server gauge, labelled by operation, not by engine.
-WEIGHT_UPDATES = 'vllm:rl_weight_update_operations_in_flight'
-# Series only the V0 engine exposes; V0 observes idle zeros into the step histogram.
-V0_ONLY = ('vllm:num_requests_swapped', 'vllm:cpu_cache_usage_perc')
-
-# Any of these rising means the engine did work between two reads. The step
-# histogram alone is not enough: in V1 a prefill-only chunk is not observed.
-PROGRESS_COUNTERS = (
-    STEPS,
-    'vllm:iteration_tokens_total_sum',
+from ansible_collections.modelops.vllm.plugins.module_utils._types import MAX_NAME
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import (
+    AWAKE,
+    CREATED_SUFFIX,
+    DEFAULT_ENGINE,
+    DEFERRED,
+    ENGINE_LABEL,
+    FINISHED_LABEL,
+    GAUGES,
     GENERATION,
-    PROMPT,
+    KV_CACHE,
+    MODEL_LABEL,
+    NOT_COMPLETED,
+    PREFIX,
+    PROGRESS_COUNTERS,
+    REASON_LABEL,
+    RUNNING,
+    SLEEP_LABEL,
+    SLEEP_STATE,
+    START_TIME,
+    STEPS,
     SUCCESS,
-    PREEMPTIONS,
-    'vllm:estimated_flops_per_gpu_total',
+    V0_ONLY,
+    WAITING,
+    WAITING_BY_REASON,
+    WEIGHT_UPDATES,
 )
-
-_GAUGES = (RUNNING, WAITING, WAITING_BY_REASON, SLEEP_STATE, WEIGHT_UPDATES) + KV_CACHE
 
 # More data-parallel engines than any deployment has: past it the exposition is not judged.
 MAX_ENGINES = 256
@@ -68,15 +63,13 @@ MAX_ENGINES = 256
 EVIDENCE_ENGINES = 16
 # A request gauge above this is not a number of requests.
 MAX_REQUESTS = 1e9
-# A model name longer than this is not used (the probe then asks /v1/models).
-MAX_NAME = 256
 # Values left out, named per engine in the evidence; past this many they are only counted.
 MAX_PROBLEMS = 5
-_WANTED = frozenset(PROGRESS_COUNTERS + _GAUGES + V0_ONLY + (START_TIME,))
+_WANTED = frozenset(PROGRESS_COUNTERS + GAUGES + V0_ONLY + (START_TIME,))
 
 
 def _wanted(name):
-    return name in _WANTED or (name.startswith('vllm:') and name.endswith('_created'))
+    return name in _WANTED or (name.startswith(PREFIX) and name.endswith(CREATED_SUFFIX))
 
 
 def _finite(value):
@@ -268,7 +261,7 @@ def engine_order(key):
 def _problem(engine, name, value):
     """Note a value that cannot be true (the first MAX_PROBLEMS per engine by name and value, the rest counted)."""
     if len(engine.problems) < MAX_PROBLEMS:
-        engine.problems.append('%s=%s' % (name.replace('vllm:', ''), _fmt(value)))
+        engine.problems.append('%s=%s' % (name.replace(PREFIX, ''), _fmt(value)))
     elif len(engine.problems) == MAX_PROBLEMS:
         engine.problems.append('and more')
 
@@ -312,12 +305,12 @@ def reading_from_samples(samples, at=None, seconds=None):
     weight_bad = False
 
     def engine_for(labels):
-        key = '0'
+        key = DEFAULT_ENGINE
         model = None
         for label, value in labels:
-            if label == 'engine':
+            if label == ENGINE_LABEL:
                 key = value
-            elif label == 'model_name':
+            elif label == MODEL_LABEL:
                 model = value
         engine = engines.get(key)
         if engine is None:
@@ -336,7 +329,7 @@ def reading_from_samples(samples, at=None, seconds=None):
             else:
                 problems.append('%s=%s' % (START_TIME, _fmt(value)))
             continue
-        if not name.startswith('vllm:'):
+        if not name.startswith(PREFIX):
             continue
         has_vllm = True
         if name == WEIGHT_UPDATES:
@@ -346,12 +339,12 @@ def reading_from_samples(samples, at=None, seconds=None):
                     weight_updates = (weight_updates or 0) + value
                 else:
                     weight_bad = True
-                    problems.append('%s=%s' % (WEIGHT_UPDATES.replace('vllm:', ''), _fmt(value)))
+                    problems.append('%s=%s' % (WEIGHT_UPDATES.replace(PREFIX, ''), _fmt(value)))
             continue
         if name in V0_ONLY:
             v0 = True
             continue
-        if name.endswith('_created'):
+        if name.endswith(CREATED_SUFFIX):
             if _finite(value) and len(created) < 4 * MAX_ENGINES:
                 created[(name, tuple(sorted(labels)))] = value
             continue
@@ -361,7 +354,7 @@ def reading_from_samples(samples, at=None, seconds=None):
         elif name == WAITING:
             _add_requests(engine, 'waiting', name, value)
         elif name == WAITING_BY_REASON:
-            if dict(labels).get('reason') == 'deferred':
+            if dict(labels).get(REASON_LABEL) == DEFERRED:
                 _add_requests(engine, 'deferred', name, value)
         elif name in KV_CACHE:
             # Multiprocess mode of 0.10/0.11 may add a pid label: take the max. One sample that cannot be
@@ -374,7 +367,7 @@ def reading_from_samples(samples, at=None, seconds=None):
             elif engine.kv_cache is None or value > engine.kv_cache:
                 engine.kv_cache = value
         elif name == SLEEP_STATE:
-            if dict(labels).get('sleep_state') == 'awake' and name not in engine.bad_gauges:
+            if dict(labels).get(SLEEP_LABEL) == AWAKE and name not in engine.bad_gauges:
                 value = _gauge(engine, name, value, 1.0)
                 engine.awake = None if value is None else value >= 1
         elif name in PROGRESS_COUNTERS:
@@ -383,7 +376,7 @@ def reading_from_samples(samples, at=None, seconds=None):
             total = engine.counters.get(name, 0.0) + value
             if _finite(value) and value >= 0 and _finite(total):
                 engine.counters[name] = total
-                if name == SUCCESS and dict(labels).get('finished_reason') not in NOT_COMPLETED:
+                if name == SUCCESS and dict(labels).get(FINISHED_LABEL) not in NOT_COMPLETED:
                     engine.completed = (engine.completed or 0.0) + value
                 elif name == SUCCESS and engine.completed is None:
                     engine.completed = 0.0
@@ -430,7 +423,7 @@ def engine_moves(before, after, idle_ticks=False):
                 if delta > 0:
                     moved[name] = delta
         if old.kv_cache is not None and new.kv_cache is not None and new.kv_cache != old.kv_cache:
-            moved['vllm:kv_cache_usage_perc'] = round(new.kv_cache - old.kv_cache, 6)
+            moved[KV_CACHE[0]] = round(new.kv_cache - old.kv_cache, 6)
         moves[key] = moved
     return moves
 

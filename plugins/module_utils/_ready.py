@@ -35,7 +35,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._readings import (
     read_text,
     same_process,
 )
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import model_ids
+from ansible_collections.modelops.vllm.plugins.module_utils._types import model_ids
 
 # The restart's commands and the wait until ready: (smallest, largest, whether the smallest itself is allowed), as in
 # _verdict.CHECK_LIMITS.

@@ -48,6 +48,7 @@ import math
 import time
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import STALL_COUNTERS
 
 VERSION = 1
 # Engines whose streak the memory keeps (as many as a reading judges).
@@ -61,8 +62,7 @@ MIN_KV_DROPS = 3
 
 USEFUL = ('generation', 'completed')
 ACTIVITY = ('steps', 'prompt', 'preemptions')
-_COUNTER = {'generation': readings.GENERATION, 'steps': readings.STEPS, 'prompt': readings.PROMPT,
-            'preemptions': readings.PREEMPTIONS}
+_COUNTER = STALL_COUNTERS
 # Checks that say the process changed, or that the engine is frozen on purpose: every streak ends.
 RESET = ('restarted', 'starting', 'sleeping', 'paused')
 # Checks that judged the engine from reads of one process: they start, extend or end streaks.

@@ -16,7 +16,7 @@ import ipaddress
 
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CheckError
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError
 
 # The largest /metrics answer the check accepts by default (a real one is about 50 KB per engine).
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024

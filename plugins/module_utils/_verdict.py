@@ -10,7 +10,7 @@ injected, so every branch is tested without a server and without sleeping.
 ``server`` is any object with these methods, each returning a ``Fetched``:
 ``metrics()``, ``health()``, ``version()``, ``models()``, ``is_paused()`` and
 ``probe(model)`` (a one-token request). ``Fetched.error`` is None for an
-HTTP answer (whatever its status) or one of ``FETCH_ERRORS``.
+HTTP answer (whatever its status) or one of ``_types.FETCH_ERRORS``.
 
 The rule: a health check must not use what it guards. The server's own
 counters are read first; a request is sent only to a server with nothing in
@@ -22,32 +22,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import re
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
-
-STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown')
-
-# Why a request got no HTTP answer.
-FETCH_ERRORS = (
-    'refused',      # nothing listens (connection refused, host unreachable, name does not resolve)
-    'timeout',      # no answer at all in time (not even a status line)
-    'incomplete',   # an answer started (status line and headers) but did not complete in time
-    'deadline',     # the check's overall deadline left no time for it (see check_deadline)
-    'dropped',      # the connection was closed or reset before an answer
-    'too_large',    # the body is over the size cap
-    'tls',          # certificate or TLS handshake failure
-    'redirect',     # a redirect to another server, or too many
-    'invalid',      # the answer is not what the endpoint gives (set by the verdict code)
-    'client',       # the HTTP client failed on the answer (not the server's silence)
-)
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched, clip, model_ids
+from ansible_collections.modelops.vllm.plugins.module_utils import _vllm as profile
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import engine_is_dead, pause_answer, parse_version
 
 # A probe counts as unanswered only when it waited this share of probe_timeout (clock granularity).
 FULL_WAIT = 0.98
-# Lengths kept of strings that come from the server or from exceptions.
-MAX_MESSAGE = 300
-MAX_IDS = 16
+# Notes kept in the evidence.
 MAX_NOTES = 20
 
 # The check's settings: (smallest, largest, whether the smallest itself is allowed). The health module,
@@ -67,56 +51,7 @@ def check_deadline(interval, probe_timeout, metrics_timeout):
     return 2 * interval + 2 * probe_timeout + 8 * metrics_timeout
 
 
-def clip(text, limit=MAX_MESSAGE):
-    """A string from outside, cut to a length that keeps results small."""
-    text = '%s' % (text,)
-    return text if len(text) <= limit else text[:limit] + '...'
-
-
 NO_PROBE = {'sent': False, 'ok': None, 'outcome': None, 'seconds': None, 'status': None, 'error': None, 'model': None}
-
-
-class CheckError(Exception):
-    """The check cannot run as configured (TLS failure, a bad URL, ...)."""
-
-
-class Fetched(object):
-    """What one HTTP request gave: a status and body, or an error."""
-
-    __slots__ = ('status', 'text', 'error', 'message', 'seconds')
-
-    def __init__(self, status=None, text=None, error=None, message=None, seconds=None):
-        self.status = status
-        self.text = text
-        self.error = error
-        self.message = message
-        self.seconds = seconds
-
-    def json(self):
-        try:
-            return json.loads(self.text or '')
-        except (ValueError, RecursionError):
-            # RecursionError: JSON nested deeper than the interpreter's stack (the body is capped at 1 MiB).
-            return None
-
-    def describe(self):
-        if self.error:
-            return '%s (%s)' % (self.error, clip(self.message)) if self.message else self.error
-        return 'HTTP %s' % self.status
-
-
-def engine_is_dead(fetched):
-    """/health: 503 (>= 0.11) or 500 (0.8-0.10) when the engine died; nothing
-    listening means the process is gone. A slow /health says nothing."""
-    return fetched.error in ('refused', 'dropped') or (fetched.status is not None and fetched.status >= 500)
-
-
-def parse_version(text):
-    """'0.7.3' -> (0, 7); '0.11.0rc1' -> (0, 11); anything else -> None."""
-    match = re.match(r'\s*v?(\d{1,4})\.(\d{1,4})', text or '')
-    if not match:
-        return None
-    return int(match.group(1)), int(match.group(2))
 
 
 def probe_outcome(fetched, probe_timeout=None):
@@ -154,16 +89,6 @@ def probe_outcome(fetched, probe_timeout=None):
     if choices and isinstance(choices[0], dict) and choices[0].get('finish_reason'):
         return 'ok'
     return 'invalid'
-
-
-def pause_answer(fetched):
-    """True when an answer of GET /is_paused proves a pause: HTTP 200 and exactly {"is_paused": true}.
-    Anything else (404 without VLLM_SERVER_DEV_MODE, an error, no answer in time: the endpoint is an
-    RPC to the engine core, so a hung engine does not answer) is no proof."""
-    if fetched.error or fetched.status != 200:
-        return False
-    body = fetched.json()
-    return isinstance(body, dict) and body.get('is_paused') is True
 
 
 def _dead_or(fetched_health, verdict):
@@ -261,9 +186,8 @@ class Judge(object):
         (``mode=wait``), so it reads as a hang."""
         last = self.readings[-1] if self.readings else None
         if last is not None and last.weight_updates:
-            return self.finish('paused', 'a weight update is in flight (vllm:rl_weight_update_operations_in_flight '
-                                         '%s): generation is frozen on purpose; not probed, not judged'
-                               % _count(last.weight_updates))
+            return self.finish('paused', 'a weight update is in flight (%s %s): generation is frozen on purpose; '
+                                         'not probed, not judged' % (profile.WEIGHT_UPDATES, _count(last.weight_updates)))
         if self.pause_asked:
             return None
         fetched = self.server.is_paused()
@@ -328,8 +252,8 @@ class Judge(object):
             'running': last.running if last else None,
             'waiting': last.waiting if last else None,
             'kv_cache_usage': last.kv_cache if last else None,
-            'steps_per_second': readings.rate(first, last, readings.STEPS) if first is not last and first else None,
-            'generation_tokens_per_second': (readings.rate(first, last, readings.GENERATION)
+            'steps_per_second': readings.rate(first, last, profile.STEPS) if first is not last and first else None,
+            'generation_tokens_per_second': (readings.rate(first, last, profile.GENERATION)
                                              if first is not last and first else None),
             'version': self.version,
             'model': self.model or self._model_from_metrics() or (self.models[0] if self.models else None),
@@ -458,16 +382,17 @@ class Judge(object):
             self.version = body['version']
             parsed = parse_version(self.version)
             # V0 and V1 0.7.x observe a 0 into the step histogram while idle.
-            if parsed is not None and parsed < (0, 8):
+            if parsed is not None and parsed < profile.IDLE_TICKS_BEFORE:
                 self.idle_ticks = True
         first, failed = self.read()
         if first is None:
             return self.unreadable(failed)
         if not first.has_vllm:
-            return self.probe_only('/metrics has no vllm: series (a server started with --disable-log-stats)')
+            return self.probe_only('/metrics has no %s series (a server started with --disable-log-stats)'
+                                   % profile.PREFIX)
         if first.sleeping:
-            return self.finish('sleeping', 'the engine sleeps on purpose (vllm:engine_sleep_state awake=0): '
-                                           'not probed, not judged')
+            return self.finish('sleeping', 'the engine sleeps on purpose (%s %s=0): not probed, not judged'
+                               % (profile.SLEEP_STATE, profile.AWAKE))
         if first.in_flight is None:
             return self.not_readings(first)
         if first.in_flight == 0:
@@ -582,7 +507,7 @@ class Judge(object):
         raise AssertionError('unreachable')  # pragma: no cover
 
     def _busy_reason(self, before, after, moved):
-        what = sorted(set(name.replace('vllm:', '') for names in moved.values() for name in names))
+        what = sorted(set(name.replace(profile.PREFIX, '') for names in moved.values() for name in names))
         return ('%s request(s) in flight and the engine moved within %s s (%s); no probe sent'
                 % (_count(max(before.in_flight, after.in_flight)), self.interval, ', '.join(what[:8])))
 
@@ -701,18 +626,6 @@ def _trim_engines(moved):
     out = dict((key, moved[key]) for key in keys[:readings.EVIDENCE_ENGINES])
     out['engines_not_shown'] = len(keys) - readings.EVIDENCE_ENGINES
     return out
-
-
-def model_ids(fetched):
-    """The model ids of a /v1/models answer (at most MAX_IDS, each of a sane length), or None."""
-    if fetched.error or fetched.status != 200:
-        return None
-    body = fetched.json()
-    if not isinstance(body, dict) or not isinstance(body.get('data'), list):
-        return None
-    ids = [m.get('id') for m in body['data'][:MAX_IDS] if isinstance(m, dict) and isinstance(m.get('id'), str)
-           and 0 < len(m['id']) <= readings.MAX_NAME]
-    return ids or None
 
 
 def check_proxy(server):

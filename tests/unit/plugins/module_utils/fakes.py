@@ -3,7 +3,7 @@
 import json
 import os
 
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Fetched
+from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
 
 from tests.support.paths import FIXTURES
 

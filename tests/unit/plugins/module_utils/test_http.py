@@ -13,7 +13,8 @@ import trustme
 
 from ansible_collections.modelops.vllm.plugins.module_utils._http import Client
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url, url_secrets, validate_url
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CheckError, Judge
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge
 
 from fakes import capture
 

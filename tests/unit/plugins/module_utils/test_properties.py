@@ -27,9 +27,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_collections.modelops.vllm.plugins.module_utils import _decide, _readings, _verdict
+from ansible_collections.modelops.vllm.plugins.module_utils import _decide, _readings, _types
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError, parse
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Fetched, Judge
+from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge
 
 from tests.support import hostile as h
 
@@ -436,7 +437,7 @@ def test_the_verdict_is_stuck_only_on_positive_evidence(reads, data, interval, p
     clock = FakeClock(factor)
     server = Scripted(clock, reads, probes, health)
     result = _judge(server, clock, interval, probe_timeout, 2.0).run()
-    assert result['state'] in _verdict.STATES, result
+    assert result['state'] in _types.STATES, result
     assert len(json.dumps(result)) < 1024 * 1024
     # Never probe a server whose last read reports anything running or waiting, or gauges that are not readings.
     for dummy, last, answer in server.probe_log:
@@ -525,7 +526,7 @@ def _past_restarts(history, now):
 
 
 @settings(max_examples=800, deadline=None)
-@given(state=st.sampled_from(list(_verdict.STATES)), service=_services, history=_histories, conf=_settings,
+@given(state=st.sampled_from(list(_types.STATES)), service=_services, history=_histories, conf=_settings,
        paused=st.booleans(), process_start=st.one_of(st.none(), _times))
 def test_the_decision_never_raises_and_never_restarts_against_a_guard_rail(state, service, history, conf, paused,
                                                                            process_start):

@@ -4,14 +4,13 @@ import json
 
 import pytest
 
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
-    CheckError,
-    Fetched,
     Judge,
     check_proxy,
-    parse_version,
     probe_outcome,
 )
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import parse_version
 
 from fakes import (
     HEALTH_OK,

@@ -6,7 +6,8 @@ that IS the genuine hang, so the table proves both directions of the rule in doc
 
 import pytest
 
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Fetched, Judge, check_deadline
+from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge, check_deadline
 
 from fakes import NO_ANSWER, Clock, FakeServer, capture, completion, engine, expo
 

@@ -2,7 +2,9 @@
 turns a busy check into stuck only on its signature: the Judge on scripted servers."""
 
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import Window
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Fetched, Judge, pause_answer
+from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import pause_answer
 
 from fakes import NO_ANSWER, NOT_FOUND, NOT_PAUSED, PAUSED, Clock, FakeServer, capture, engine, expo
 

@@ -1,0 +1,93 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The values and errors every layer passes around: the bottom of module_utils.
+
+Private to this collection. Standard library only, and nothing else from the collection: what only
+checks or shows a URL, the HTTP client and the wait after a restart import these without loading the
+metrics parser or the decision procedure (``_verdict``). tests/unit/plugins/module_utils/test_layers.py
+keeps it so.
+
+- ``CheckError``: the check cannot run as configured (a request that could not be sent).
+- ``Fetched``: what one HTTP request gave, a status and body or one of ``FETCH_ERRORS``.
+- ``STATES``: every verdict a check can give.
+- ``clip`` and the bounds on strings that come from outside (``MAX_MESSAGE``, ``MAX_NAME``, ``MAX_IDS``).
+- ``model_ids``: the model ids of a ``/v1/models`` answer.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown')
+
+# Why a request got no HTTP answer.
+FETCH_ERRORS = (
+    'refused',      # nothing listens (connection refused, host unreachable, name does not resolve)
+    'timeout',      # no answer at all in time (not even a status line)
+    'incomplete',   # an answer started (status line and headers) but did not complete in time
+    'deadline',     # the check's overall deadline left no time for it (see _verdict.check_deadline)
+    'dropped',      # the connection was closed or reset before an answer
+    'too_large',    # the body is over the size cap
+    'tls',          # certificate or TLS handshake failure
+    'redirect',     # a redirect to another server, or too many
+    'invalid',      # the answer is not what the endpoint gives (set by the verdict code)
+    'client',       # the HTTP client failed on the answer (not the server's silence)
+)
+
+# Lengths kept of strings that come from the server or from exceptions.
+MAX_MESSAGE = 300
+# Model ids kept of a /v1/models answer.
+MAX_IDS = 16
+# A model name longer than this is not used (the probe then asks /v1/models).
+MAX_NAME = 256
+
+
+def clip(text, limit=MAX_MESSAGE):
+    """A string from outside, cut to a length that keeps results small."""
+    text = '%s' % (text,)
+    return text if len(text) <= limit else text[:limit] + '...'
+
+
+class CheckError(Exception):
+    """The check cannot run as configured (TLS failure, a bad URL, ...)."""
+
+
+class Fetched(object):
+    """What one HTTP request gave: a status and body, or an error."""
+
+    __slots__ = ('status', 'text', 'error', 'message', 'seconds')
+
+    def __init__(self, status=None, text=None, error=None, message=None, seconds=None):
+        self.status = status
+        self.text = text
+        self.error = error
+        self.message = message
+        self.seconds = seconds
+
+    def json(self):
+        try:
+            return json.loads(self.text or '')
+        except (ValueError, RecursionError):
+            # RecursionError: JSON nested deeper than the interpreter's stack (the body is capped at 1 MiB).
+            return None
+
+    def describe(self):
+        if self.error:
+            return '%s (%s)' % (self.error, clip(self.message)) if self.message else self.error
+        return 'HTTP %s' % self.status
+
+
+def model_ids(fetched):
+    """The model ids of a /v1/models answer (at most MAX_IDS, each of a sane length), or None."""
+    if fetched.error or fetched.status != 200:
+        return None
+    body = fetched.json()
+    if not isinstance(body, dict) or not isinstance(body.get('data'), list):
+        return None
+    ids = [m.get('id') for m in body['data'][:MAX_IDS] if isinstance(m, dict) and isinstance(m.get('id'), str)
+           and 0 < len(m['id']) <= MAX_NAME]
+    return ids or None
