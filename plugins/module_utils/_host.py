@@ -207,11 +207,14 @@ def _read_kmsg(path, limit, deadline):
                 note = 'stopped reading after its time ran out'
                 break
             try:
-                data = os.read(fd, 8192)
+                data = os.read(fd, 65536)  # one record per read; a record larger than the buffer is EINVAL
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # a record was overwritten while reading: go on
                     continue
                 if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    break
+                if lines and exc.errno == errno.EINVAL:
+                    note = 'stopped at a record it could not read'
                     break
                 return None, '%s cannot be read: %s' % (path, exc.strerror or exc)
             if not data:
