@@ -31,9 +31,9 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS_DIR)
 PIP_NOISE := is ignored: it is neither a file nor a directory
 
 # Order of `make test`: fast, self-contained tiers first.
-TIERS := lint unit build sanity molecule integration
+TIERS := lint unit build sanity molecule versions integration
 
-.PHONY: help venv lock collection-link lint sanity unit integration molecule build test demo try try-stop clean distclean
+.PHONY: help venv lock lock-versions collection-link lint sanity unit integration molecule versions build test demo try try-stop clean distclean
 
 help:
 	@echo 'User-facing:'
@@ -48,10 +48,14 @@ help:
 	@echo '  make build        ansible-galaxy collection build + install into a temp path + ansible-doc $(NAMESPACE).$(NAME).health'
 	@echo '  make sanity       ansible-test sanity --venv --python 3.11 on a staged copy (scripts/ansible-test-sanity.sh)'
 	@echo '  make molecule     molecule test --all, if there are molecule scenarios'
+	@echo '  make versions     both ends of the ansible-core range, each in its own venv under .cache/versions/'
+	@echo '                    (scripts/versions-tier.sh): 2.16 on Python 3.11 and 2.21 on Python 3.12 (sanity, unit,'
+	@echo '                    molecule fleet + stuck), 2.21 with INJECT_FACTS_AS_VARS=False (molecule); an Ansible warning fails it'
 	@echo '  make integration  pytest tests/integration (real vLLM; the harness installs it)'
 	@echo 'Maintenance:'
 	@echo '  make venv         create/refresh .venv from requirements/'
 	@echo '  make lock         re-resolve requirements/test.txt into requirements/constraints.txt'
+	@echo '  make lock-versions  re-resolve requirements/versions/*.txt into their .lock files'
 	@echo '  make clean        remove build output and caches (keeps .venv)'
 	@echo '  make distclean    clean + remove .venv'
 
@@ -78,6 +82,9 @@ lock:
 	mv requirements/constraints.txt.new requirements/constraints.txt
 	rm -rf .cache/lock-venv
 	@echo "lock: requirements/constraints.txt rewritten; run 'make venv'"
+
+lock-versions:
+	scripts/versions-tier.sh --lock $(patsubst requirements/versions/%.txt,%,$(wildcard requirements/versions/*.txt))
 
 collection-link:
 	@mkdir -p $(dir $(COLLECTION_LINK))
@@ -113,6 +120,11 @@ molecule: $(STAMP) collection-link
 	@echo '== molecule'
 	scripts/molecule-tier.sh
 
+# ansible-core 2.16 and 2.21 (the ends of the tested range) in venvs of their own; VERSIONS_ARGS=core-2.16 runs one.
+versions: collection-link
+	@echo '== versions: ansible-core 2.16 and 2.21 (scripts/versions-tier.sh)'
+	scripts/versions-tier.sh $(VERSIONS_ARGS)
+
 build: $(STAMP)
 	@echo '== build: ansible-galaxy collection build / install / ansible-doc'
 	scripts/build-collection.sh
@@ -133,6 +145,7 @@ TRY_DIR ?= .cache/try
 try: $(STAMP) collection-link
 	@scripts/ensure-nginx.sh >/dev/null || echo "try: nginx could not be installed: the sandbox has no proxy"
 	@scripts/ensure-tools.sh jq >/dev/null || echo "try: jq could not be installed: docs/schedule.md's history commands need it"
+	@scripts/ensure-prometheus.sh >/dev/null || echo "try: promtool could not be installed: docs/prometheus.md's commands need it"
 	@$(BIN)/python scripts/try.py start --dir $(TRY_DIR) $(TRY_ARGS)
 
 try-stop:

@@ -48,13 +48,6 @@ from tests.support.ports import span  # noqa: E402  pylint: disable=wrong-import
 
 OUT = REPO / "benchmarks" / "results" / "field_signatures.json"
 DEFAULTS = {"period_s": 300, "window_s": 1200, "watchdog_check_alert_s": 120, "livelock_alert_s": 1200}
-SETTINGS = {
-    "vllm_watchdog_interval": 1,
-    "vllm_watchdog_probe_timeout": 3,
-    "vllm_watchdog_metrics_timeout": 3,
-    "vllm_watchdog_ready_delay": 1,
-    "vllm_watchdog_ready_timeout": 60,
-}
 # What Prometheus sees of each signature (docs/prometheus.md): a frozen engine with work in flight
 # triggers the watchdog after 2 minutes; idle-looking hangs are invisible; livelocks fire after the window.
 ALERT = {"idle-hang": None, "unscheduled": None, "dead-engine": "frozen", "deadlock": "livelock",
@@ -63,7 +56,7 @@ ALERT = {"idle-hang": None, "unscheduled": None, "dead-engine": "frozen", "deadl
 
 def measure(window, period, runs):
     with run_simulator(port_range=span("field-bench")) as sim, tempfile.TemporaryDirectory() as tmp:
-        corpus = field.Corpus(sim, tmp, window, SETTINGS, [s for s in field.SIGNATURES if s.restart])
+        corpus = field.Corpus(sim, tmp, window, field.SCALED, [s for s in field.SIGNATURES if s.restart])
         corpus.start()
         try:
             for index in range(runs):
@@ -118,7 +111,7 @@ def project(measured):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--period", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=0, help="default: enough for the window plus three runs")
@@ -143,8 +136,9 @@ def main():
         alert = ("%d s / %d s" % (p["alert_path"]["expected_s"], p["alert_path"]["worst_s"])
                  if p and p["alert_path"] else "not seen by Prometheus" if p else "-")
         caught = m["caught"]
-        print("| %s | %s | %s (%d) | %s | %s | %s |" % (host, m["source"], caught["runs"] if caught else "-",
-                                                    m["window_runs"], caught["seconds"] if caught else "-", sched, alert))
+        print("| %s | %s | %s (%d) | %s | %s | %s |" % (
+            host, m["source"], caught["runs"] if caught else "-", m["window_runs"], caught["seconds"] if caught else "-",
+            sched, alert))
     missed = [host for host, m in measured.items() if m["restarts"] != 1]
     if missed:
         print("NOT restarted exactly once: %s" % ", ".join(missed))

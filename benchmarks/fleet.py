@@ -2,7 +2,9 @@
 
 Every host is an inventory host of its own, reached over real SSH on its own loopback address
 (tests/support/sshfleet.py: Debian's sshd started directly, one simulated vLLM server per host on
-``http://127.x.y.z:8000``), forks 5 (AWX's default), ``interval: 5``. Side by side, in one run:
+``http://127.x.y.z:8000``), forks 5 (AWX's default), ``interval: 5``, with Ansible's ``pipelining`` off
+(its default) and on (what the collection recommends and its execution environment sets). Side by side, in
+one run:
 
   ping        a no-op play (one ``ansible.builtin.ping`` per host): the floor of anything that visits
               every host
@@ -21,10 +23,10 @@ its wall time, what it judged, the SSH connections and sessions sshd logged per 
 runs on each host (a callback counts the tasks that ran a module on the host), and the peak memory
 of the ansible-playbook process tree on the controller.
 
-    .venv/bin/python benchmarks/fleet.py                    # 10, 50, 100 hosts, every approach
-    .venv/bin/python benchmarks/fleet.py --sizes 10 --approaches ping,role
+    .venv/bin/python benchmarks/fleet.py                    # 10, 50, 100 hosts, every approach, both settings
+    .venv/bin/python benchmarks/fleet.py --sizes 10 --approaches ping,role --pipelining on
 
-Writes benchmarks/results/fleet.json and benchmarks/results/fleet.md (``--out DIR`` to change).
+Writes benchmarks/results/fleet.json and benchmarks/results/fleet.md (``--out DIR``, ``--name NAME`` to change).
 sshd on port 25100, host addresses from 127.0.30.2, the simulator on 25400-25499 (tests/support/ports.py;
 options to change).
 The :class:`Fleet` here also serves tests/integration/test_fleet.py.
@@ -174,9 +176,13 @@ SAVE_PLAY = """
         mode: "0600"
       loop: [vllm_check, vllm_checks, vllm_watchdog_results]
       vars:
+        # vllm_watchdog_results is a fact (the role's gate module returns it); vllm_check(s) are set_fact variables.
         _out: >-
           {%- set out = {} -%}
-          {%- for host in groups['all'] -%}{%- set _ = out.update({host: hostvars[host][item] | default(None)}) -%}{%- endfor -%}
+          {%- for host in groups['all'] -%}
+          {%- set _from = hostvars[host].ansible_facts if item == 'vllm_watchdog_results' else hostvars[host] -%}
+          {%- set _ = out.update({host: _from[item] | default(None)}) -%}
+          {%- endfor -%}
           {{ out }}
 """
 
@@ -415,9 +421,11 @@ def run_fleet_playbook(playbook, inventory, args=(), workdir=None, timeout=1800,
     return seconds, proc.returncode, stdout, stderr, outputs, memory, runs
 
 
-def check_fleet(fleet, approach, workdir=None, interval=5, sample_memory=True, args=(), **inventory_kwargs):
+def check_fleet(fleet, approach, workdir=None, interval=5, sample_memory=True, args=(), pipelining=False,
+                **inventory_kwargs):
     """Run one approach over ``fleet``; returns a :class:`FleetRun`. ``args``: more ansible-playbook
-    arguments; ``inventory_kwargs``: ``extra_host_vars`` and ``extra_groups`` of :meth:`Fleet.inventory`."""
+    arguments; ``pipelining``: Ansible's (ANSIBLE_PIPELINING); ``inventory_kwargs``: ``extra_host_vars`` and
+    ``extra_groups`` of :meth:`Fleet.inventory`."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="modelops-vllm-fleet-"))
     workdir.mkdir(parents=True, exist_ok=True)
     if approach in ("role", "role-ctrl"):
@@ -430,7 +438,7 @@ def check_fleet(fleet, approach, workdir=None, interval=5, sample_memory=True, a
     mark = fleet.ssh.log_mark()
     seconds, rc, stdout, stderr, outputs, memory, runs = run_fleet_playbook(
         playbook_text(approach), inventory, args=approach_args(approach, interval) + list(args), workdir=workdir,
-        sample_memory=sample_memory)
+        sample_memory=sample_memory, extra_env={"ANSIBLE_PIPELINING": "True" if pipelining else "False"})
     return FleetRun(approach, fleet.size, seconds, rc, stdout, stderr, outputs, memory,
                     sessions=fleet.ssh.session_counts(mark), module_runs=runs)
 
@@ -445,19 +453,20 @@ def markdown(rows, meta):
     lines = [
         "# A watchdog pass over a fleet, over real SSH (benchmarks/fleet.py)",
         "",
-        "%s; %d cores; ansible-core %s; OpenSSH %s; forks 5 (AWX's default); interval %s s; pipelining off;"
-        % (meta["machine"], meta["cores"], meta["ansible"], meta["sshd"], meta["interval"]),
+        "%s; %d cores; ansible-core %s; OpenSSH %s; forks 5 (AWX's default); interval %s s; pipelining %s;"
+        % (meta["machine"], meta["cores"], meta["ansible"], meta["sshd"], meta["interval"],
+           " and ".join(meta.get("pipelining", ["off"]))),
         "one simulated vLLM server per host on the host's own loopback address. Healthy fleets: %s."
         % meta["mix"],
-        "goal = 2 x interval + 2 x ping + 10 s, with the ping of the same size in the same run.",
+        "goal = 2 x interval + 2 x ping + 10 s, with the ping of the same size and setting in the same run.",
         "",
-        "| hosts | approach | wall (s) | / ping | goal (s) | judged right | module runs per host | SSH sessions "
-        "per host | controller peak RSS / PSS (MB) | load avg before / after |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| hosts | pipelining | approach | wall (s) | / ping | goal (s) | judged right | module runs per host | SSH "
+        "sessions per host | controller peak RSS / PSS (MB) | load avg before / after |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        lines.append("| %d | %s | %.1f | %s | %s | %s | %s | %.1f | %.0f / %.0f | %.1f / %.1f |" % (
-            row["hosts"], row["approach"], row["seconds"],
+        lines.append("| %d | %s | %s | %.1f | %s | %s | %s | %s | %.1f | %.0f / %.0f | %.1f / %.1f |" % (
+            row["hosts"], row.get("pipelining", "off"), row["approach"], row["seconds"],
             "%.2f" % row["ratio_to_ping"] if row.get("ratio_to_ping") else "-",
             ("%.1f %s" % (row["goal"], "met" if row["seconds"] <= row["goal"] else "MISSED")) if row.get("goal") else "-",
             "-" if row["right"] is None else "%d/%d" % (row["right"], row["hosts"]),
@@ -479,8 +488,15 @@ def main(argv=None):
     parser.add_argument("--ssh-port", type=int, default=SSH_PORT)
     parser.add_argument("--first-address", default=FIRST_ADDRESS)
     parser.add_argument("--port-range", default=SIM_PORTS, help="the simulator's control port")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="where fleet.json/.md go")
+    parser.add_argument("--pipelining", default="off,on",
+                        help="Ansible's pipelining: off (its default), on (the collection's recommendation), or both "
+                             "(default off,on: every approach with each)")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="where the results go")
+    parser.add_argument("--name", default="fleet", help="the results' file name, without .json/.md (default fleet)")
     args = parser.parse_args(argv)
+    settings = [p.strip() for p in args.pipelining.split(",") if p.strip()]
+    if not settings or set(settings) - {"off", "on"}:
+        parser.error("--pipelining takes off, on or off,on")
     sizes = sorted(int(s) for s in args.sizes.split(","))
     approaches = [a.strip() for a in args.approaches.split(",") if a.strip()]
     for approach in approaches:
@@ -493,7 +509,7 @@ def main(argv=None):
                              capture_output=True, text=True, check=False).stdout.strip()
     meta = {"machine": "%s %s" % (platform.system(), platform.machine()), "cores": os.cpu_count(),
             "ansible": version, "sshd": sshd_version(), "interval": args.interval, "forks": 5,
-            "mix": "; ".join(mix(plan(n, healthy=True)) for n in sizes),
+            "mix": "; ".join(mix(plan(n, healthy=True)) for n in sizes), "pipelining": settings,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     rows = []
     base = Path(tempfile.mkdtemp(prefix="modelops-vllm-fleet-bench-"))
@@ -502,44 +518,46 @@ def main(argv=None):
         for size in sizes:
             fleet = Fleet(size, states=plan(size, healthy=True), ssh_port=args.ssh_port,
                           first_address=args.first_address, sim_port_range=args.port_range).build()
-            ping = None
             try:
-                for approach in approaches:
-                    fleet.reset()
-                    load_before = os.getloadavg()[0]
-                    run = check_fleet(fleet, approach, workdir=base / ("%s-%d" % (approach, size)),
-                                      interval=args.interval)
-                    judged = approach != "ping"
-                    wrong = run.wrong(fleet.expected) if judged else {}
-                    mem = run.memory or {}
-                    runs = run.module_runs
-                    row = {"hosts": size, "approach": approach, "seconds": round(run.seconds, 1), "rc": run.rc,
-                           "right": size - len(wrong) if judged else None, "wrong": wrong,
-                           "module_runs_per_host": round(sum(runs.get(h, 0) for h in fleet.hosts) / float(size), 2),
-                           "ssh_connections": run.sessions.get("connections"),
-                           "sessions_per_host": round(run.sessions.get("sessions", 0) / float(size), 1),
-                           "tree_rss_mb": _mb(mem.get("tree_rss_kb")), "tree_pss_mb": _mb(mem.get("tree_pss_kb")),
-                           "tree_processes": mem.get("tree_processes"),
-                           # other work on the machine skews wall times: the 1-minute load average around the run
-                           "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
-                    if approach == "ping":
-                        ping = run.seconds
-                    elif ping:
-                        row["ratio_to_ping"] = round(run.seconds / ping, 2)
-                        row["goal"] = round(2 * args.interval + 2 * ping + 10, 1)
-                    rows.append(row)
-                    failed = failed or run.rc != 0 or bool(wrong)
-                    print("%4d hosts  %-10s  %6.1f s  rc=%s  %s  module runs/host %.1f  sessions/host %.1f  "
-                          "peak RSS %.0f MB%s" % (
-                              size, approach, run.seconds, run.rc,
-                              "judged right %d/%d" % (row["right"], size) if judged else "(no check)",
-                              row["module_runs_per_host"], row["sessions_per_host"], row["tree_rss_mb"],
-                              "  goal %.1f s: %s" % (row["goal"], "met" if run.seconds <= row["goal"] else "MISSED")
-                              if row.get("goal") else ""), flush=True)
-                    if wrong:
-                        print("      wrong: %s" % json.dumps(wrong)[:2000], flush=True)
-                    if run.rc != 0:
-                        print(run.stdout[-3000:], run.stderr[-2000:], flush=True)
+                for setting in settings:
+                    ping = None
+                    for approach in approaches:
+                        fleet.reset()
+                        load_before = os.getloadavg()[0]
+                        run = check_fleet(fleet, approach, workdir=base / ("%s-%d-%s" % (approach, size, setting)),
+                                          interval=args.interval, pipelining=setting == "on")
+                        judged = approach != "ping"
+                        wrong = run.wrong(fleet.expected) if judged else {}
+                        mem = run.memory or {}
+                        runs = run.module_runs
+                        row = {"hosts": size, "pipelining": setting, "approach": approach,
+                               "seconds": round(run.seconds, 1), "rc": run.rc,
+                               "right": size - len(wrong) if judged else None, "wrong": wrong,
+                               "module_runs_per_host": round(sum(runs.get(h, 0) for h in fleet.hosts) / float(size), 2),
+                               "ssh_connections": run.sessions.get("connections"),
+                               "sessions_per_host": round(run.sessions.get("sessions", 0) / float(size), 1),
+                               "tree_rss_mb": _mb(mem.get("tree_rss_kb")), "tree_pss_mb": _mb(mem.get("tree_pss_kb")),
+                               "tree_processes": mem.get("tree_processes"),
+                               # other work on the machine skews wall times: the 1-minute load average around the run
+                               "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
+                        if approach == "ping":
+                            ping = run.seconds
+                        elif ping:
+                            row["ratio_to_ping"] = round(run.seconds / ping, 2)
+                            row["goal"] = round(2 * args.interval + 2 * ping + 10, 1)
+                        rows.append(row)
+                        failed = failed or run.rc != 0 or bool(wrong)
+                        print("%4d hosts  pipelining %-3s  %-10s  %6.1f s  rc=%s  %s  module runs/host %.1f  "
+                              "sessions/host %.1f  peak RSS %.0f MB%s" % (
+                                  size, setting, approach, run.seconds, run.rc,
+                                  "judged right %d/%d" % (row["right"], size) if judged else "(no check)",
+                                  row["module_runs_per_host"], row["sessions_per_host"], row["tree_rss_mb"],
+                                  "  goal %.1f s: %s" % (row["goal"], "met" if run.seconds <= row["goal"] else "MISSED")
+                                  if row.get("goal") else ""), flush=True)
+                        if wrong:
+                            print("      wrong: %s" % json.dumps(wrong)[:2000], flush=True)
+                        if run.rc != 0:
+                            print(run.stdout[-3000:], run.stderr[-2000:], flush=True)
             finally:
                 fleet.delete()
     finally:
@@ -547,9 +565,9 @@ def main(argv=None):
     meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fleet.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (out / ("%s.json" % args.name)).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     text = markdown(rows, meta)
-    (out / "fleet.md").write_text(text)
+    (out / ("%s.md" % args.name)).write_text(text)
     print()
     print(text)
     return 1 if failed else 0

@@ -10,7 +10,11 @@ for base in . extensions; do
     if compgen -G "${base}/molecule/*/molecule.yml" >/dev/null; then
         scenarios="$(find "${base}/molecule" -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -n1 basename | sort | tr '\n' ' ')"
         echo "molecule: scenarios in ${base}/molecule: ${scenarios}"
-        (cd "${base}" && molecule test --all)
+        # Molecule looks for a scenario named "default" first and, this collection having none, logs
+        # "CRITICAL 'molecule/default/molecule.yml' glob failed." before it runs the others: labelled here as
+        # what it is, so that a passing run prints no unlabelled CRITICAL.
+        (cd "${base}" && PYTHONUNBUFFERED=1 molecule test --all) 2>&1 | sed -u -E \
+            "s#^.*CRITICAL.*'([^']*/)?molecule/default/molecule\.yml' glob failed.*\$#molecule: expected, not an error: there is no default scenario (molecule probes for molecule/default/molecule.yml first and logs 'CRITICAL ... glob failed')#"
         ran=1
     fi
 done

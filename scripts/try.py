@@ -20,10 +20,15 @@ and writes, in the sandbox directory:
 * standins.json: what the systemctl / journalctl / docker stand-ins (tests/standins, first on PATH)
   act on: one systemd unit per host, `vllm-<host>`, that restarts its simulated server;
 * state/: the watchdog's state directories (one per host, since every host is this machine);
-* env.sh: the environment (collections path, interpreter, PATH with the stand-ins); `source` it.
+* ansible.cfg: the settings the collection recommends (docs/fleet.md): the stdout callback
+  modelops.vllm.oneline (one line per server and a total; -v for everything), pipelining, and an
+  inventory that does not parse is an error;
+* env.sh: the environment (collections path, interpreter, PATH with the stand-ins, ANSIBLE_CONFIG) and
+  the shell function try_reset, which starts the sandbox afresh; `source` it.
 
 `start` on a sandbox that runs already changes nothing and prints the same line. `stop` ends what
-`start` started (by its pid files, nothing else) and removes the directory.
+`start` started (by its pid files, nothing else) and removes the directory. `reset` is `stop` then
+`start`: every server back to its first state, no watchdog state, an empty stand-ins log.
 Standard library only (the simulator's client, the stand-ins' simctl and the nginx harness).
 """
 
@@ -85,6 +90,7 @@ def paths(directory):
         'dir': directory,
         'marker': os.path.join(directory, 'sandbox.json'),
         'env': os.path.join(directory, 'env.sh'),
+        'ansible_cfg': os.path.join(directory, 'ansible.cfg'),
         'inventory': os.path.join(directory, 'inventory'),
         'state': os.path.join(directory, 'state'),
         'systemd': os.path.join(directory, 'systemd'),
@@ -262,7 +268,8 @@ def build(p, args):
                              % ' and '.join(PROXY_BACKENDS), 'simulated': False}
     write_standins(p, ready['control_url'])
     write_inventory(p, hosts, proxy)
-    write_env(p)
+    write_ansible_cfg(p)
+    write_env(p, args.lifetime)
     return {'control_url': ready['control_url'], 'simulator_pid': ready.get('pid'),
             'launcher_pid': ready.get('launcher_pid'), 'hosts': hosts, 'proxy': proxy,
             'ports': '127.0.0.1:%d-%d' % PORT_RANGE, 'lifetime': args.lifetime}
@@ -334,12 +341,24 @@ vllm_watchdog_service: "vllm-{{ inventory_hostname }}"
 ''')
 
 
-def write_env(p):
+# The settings docs/fleet.md recommends, as the execution environment ships them: the same file.
+ANSIBLE_CFG = os.path.join(REPO, 'execution-environment', 'ansible.cfg')
+
+
+def write_ansible_cfg(p):
+    with open(ANSIBLE_CFG) as handle:
+        text = handle.read()
+    _write(p['ansible_cfg'], '# The sandbox of `make try`: %s, as it is.\n%s' % (os.path.relpath(ANSIBLE_CFG, REPO), text))
+
+
+def write_env(p, lifetime=0):
     venv_bin = os.path.dirname(sys.executable)
     text = '''# The environment of the modelops.vllm sandbox (`make try`); use it with: source {env_show}
 export MODELOPS_TRY={dir}
 # The collection: this checkout, linked as ansible_collections/modelops/vllm (`make collection-link`).
 export ANSIBLE_COLLECTIONS_PATH={collections}
+# The sandbox's Ansible settings (whatever the current directory): {ansible_cfg}
+export ANSIBLE_CONFIG={ansible_cfg}
 # A Python with requests for the module (hosts without ansible_python_interpreter).
 export ANSIBLE_PYTHON_INTERPRETER={python}
 # systemctl, journalctl, docker: stand-ins that act on the simulated servers (never the real ones),
@@ -350,9 +369,15 @@ case ":$PATH:" in
 esac
 export MODELOPS_STANDIN_CONFIG={standins_config}
 export MODELOPS_STANDIN_LOG={standins_log}
+# Start the sandbox afresh (every server back to its first state, no watchdog state, an empty
+# stand-ins log), then come back here: try_reset
+try_reset() {{
+    {python} {try_py} reset --dir {dir} --lifetime {lifetime} >/dev/null && source {env} >/dev/null
+}}
 cd "$MODELOPS_TRY" && echo "modelops.vllm sandbox: now in $MODELOPS_TRY (inventory/, state/, standins.log)"
 '''.format(env_show=_show(p['env']), dir=p['dir'], collections=COLLECTIONS, python=sys.executable,
-           standins=STANDINS, venv_bin=venv_bin, standins_config=p['standins'], standins_log=p['standins_log'])
+           standins=STANDINS, venv_bin=venv_bin, standins_config=p['standins'], standins_log=p['standins_log'],
+           ansible_cfg=p['ansible_cfg'], try_py=os.path.abspath(__file__), lifetime=int(lifetime), env=p['env'])
     _write(p['env'], text)
 
 
@@ -443,10 +468,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog='scripts/try.py', description=__doc__.split('\n', 1)[0])
     sub = parser.add_subparsers(dest='command')
     sub.required = True
-    for name in ('start', 'stop', 'status'):
+    for name in ('start', 'stop', 'status', 'reset'):
         cmd = sub.add_parser(name)
         cmd.add_argument('--dir', default=DEFAULT_DIR, help='the sandbox directory (default: .cache/try)')
-        if name == 'start':
+        if name in ('start', 'reset'):
             cmd.add_argument('--lifetime', type=int, default=0,
                              help='stop the simulator after this many seconds (default 0: run until stopped)')
     args = parser.parse_args(argv)
@@ -454,6 +479,11 @@ def main(argv=None):
         return start(args)
     if args.command == 'stop':
         return stop_sandbox(paths(os.path.abspath(args.dir)))
+    if args.command == 'reset':
+        directory = os.path.abspath(args.dir)
+        os.chdir(REPO)  # the shell that asks may be in the directory that is removed and made again
+        args.dir = directory
+        return stop_sandbox(paths(directory), quiet=True) or start(args)
     return status(args)
 
 

@@ -25,7 +25,7 @@ description: Counts, per host, the task results that ran a module on that host.
 # Actions that run on the controller only, whatever the host.
 CONTROLLER_ONLY = frozenset((
     'set_fact', 'debug', 'assert', 'fail', 'set_stats', 'meta', 'include_tasks', 'import_tasks', 'include_role',
-    'import_role', 'add_host', 'group_by', 'include_vars', 'validate_argument_spec', 'pause',
+    'import_role', 'add_host', 'group_by', 'include_vars', 'validate_argument_spec', 'pause', 'validate_variables',
 ))
 
 

@@ -42,9 +42,10 @@ options:
 '''
 
 EXAMPLES = r'''
-- name: This host's results
+- name: This host's results, as its fact (read as ansible_facts.vllm_watchdog_results, like the gate's)
   ansible.builtin.set_fact:
     vllm_watchdog_results: "{{ gate | modelops.vllm.watchdog_results(inventory_hostname, instances, done) }}"
+    cacheable: true
 '''
 
 RETURN = r'''

@@ -27,9 +27,9 @@ options:
 '''
 
 EXAMPLES = r'''
-- name: Summarize
+- name: Summarize (each host's fact, read through ansible_facts)
   ansible.builtin.debug:
-    msg: "{{ ansible_play_hosts_all | map('extract', hostvars, 'vllm_watchdog_results') | select('defined')
+    msg: "{{ ansible_play_hosts_all | map('extract', hostvars, ['ansible_facts', 'vllm_watchdog_results']) | select('defined')
              | flatten | modelops.vllm.watchdog_summary }}"
 '''
 

@@ -98,7 +98,7 @@ class Memory(object):
         if text is not None:
             try:
                 memory = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 note = 'the progress memory was not JSON: started afresh'
             if isinstance(memory, dict) and memory.get('url') != self.url:
                 memory, note = None, 'the server has another url than at the last check: started afresh'

@@ -159,7 +159,7 @@ def load_history(text):
         return empty_history(), None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, 'it is empty' if not text.strip() else 'it is not JSON'
     if not isinstance(data, dict):
         return None, 'it is not a JSON object'
@@ -410,10 +410,13 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         if running is None:
             return result(NONE, 'down, and the service manager cannot say whether it is starting (%s): not restarting'
                           % (service.get('status') or 'no status'))
-        if running and (uptime is None or uptime < grace):
-            since_words = 'for %s' % _fmt(uptime) if uptime is not None else 'for an unknown time'
-            return result(NONE, 'down, but the service has been running %s, within the start-up grace of %s: it is '
-                                'starting (loading weights), not restarted' % (since_words, _fmt(grace)))
+        if running and uptime is None:
+            return result(NONE, 'down, and the service runs for an unknown time (%s, no start time): it may still be '
+                                'starting (loading weights), so it is not restarted; only one that ran past the start-up '
+                                'grace of %s is' % (service.get('status') or 'running', _fmt(grace)))
+        if running and uptime < grace:
+            return result(NONE, 'down, but the service has been running for %s, within the start-up grace of %s: it is '
+                                'starting (loading weights), not restarted' % (_fmt(uptime), _fmt(grace)))
         if running:
             ok, words = url_evidence(proof, hist, url, now)
             if not ok:

@@ -31,16 +31,23 @@ RESULTS_MAX = 64 * 1024 * 1024
 # Results files of checks whose result nobody collected (a host that stopped answering) are removed
 # by a later start after this many seconds.
 STALE = 3600
+# In check mode a missing background directory is not created: the file goes to a private temporary
+# directory with this prefix instead, which the read that collects it removes (check mode leaves nothing).
+CHECK_MODE_PREFIX = 'modelops-vllm-check-'
 
 
-def start_background(work, directory, limit):
+def start_background(work, directory, limit, create=True):
     """Run ``work()`` (returning a JSON-able dict) in a detached process; return the path of its results file.
 
     The process has no terminal and no open pipes (the SSH session that started it ends at once), runs
-    for at most ``limit`` seconds (then the file says it failed), and writes the file atomically.
+    for at most ``limit`` seconds (then the file says it failed), and writes the file atomically. With
+    ``create`` false (check mode) a missing ``directory`` is not created: the file goes to a private
+    temporary directory, removed with the file by ``read_results``.
     """
-    statedir.check_dir(directory)
-    _remove_stale(directory)
+    if statedir.check_dir(directory, create=create):
+        _remove_stale(directory)
+    else:
+        directory = tempfile.mkdtemp(prefix=CHECK_MODE_PREFIX)
     fd, path = tempfile.mkstemp(dir=directory, prefix='check-', suffix='.json')
     with os.fdopen(fd, 'w') as handle:
         handle.write(json.dumps({'started': True, 'finished': False}))
@@ -71,6 +78,15 @@ def start_background(work, directory, limit):
         os._exit(0)
 
 
+def _remove_check_mode_dir(directory):
+    """The private directory of a check-mode start, once its file is collected (an empty one only)."""
+    if os.path.basename(directory).startswith(CHECK_MODE_PREFIX) and os.path.dirname(directory) == tempfile.gettempdir():
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
+
+
 def _remove_stale(directory, now=None):
     now = time.time() if now is None else now
     for name in os.listdir(directory):
@@ -96,13 +112,14 @@ def read_results(path, timeout, sleep=time.sleep, clock=time.monotonic):
             return None, 'the check\'s result file %s does not exist' % path
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None  # being replaced right now: read again
         if isinstance(data, dict) and not (data.get('started') and data.get('finished') in (False, 0)):
             try:
                 statedir.remove(path)
             except statedir.StateError:
                 pass
+            _remove_check_mode_dir(os.path.dirname(path))
             return data, None
         if clock() - started > timeout:
             return None, 'the check did not finish within %s s' % timeout

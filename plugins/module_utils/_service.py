@@ -134,7 +134,7 @@ def parse_docker_state(rc, stdout, stderr=''):
     if rc == 0:
         try:
             state = json.loads(stdout or '')
-        except ValueError:
+        except (ValueError, RecursionError):
             state = None
     if not isinstance(state, dict):
         return {'running': None, 'started_at': None,
@@ -201,9 +201,10 @@ def run_argv(argv, timeout=60, env=None, keep=MAX_OUTPUT):
     rc is None when it could not run (not found, or still running after ``timeout`` seconds). A command still
     running then is killed with every process it started (it runs in a process group of its own), so a restart
     script that hangs in a child leaves nothing behind and never holds the run past ``timeout``."""
+    # Not AnsibleModule.run_command: it has no timeout, and a hung systemctl or docker must not hold the gate's lock.
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,  # pylint: disable=ansible-bad-function
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
     except (OSError, ValueError) as exc:
         return None, '', '%s: %s' % (type(exc).__name__, exc)
     try:

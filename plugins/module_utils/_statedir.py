@@ -223,7 +223,7 @@ def json_lines(lines, first=1):
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             record = None
         if isinstance(record, dict):
             records.append(record)

@@ -95,7 +95,8 @@ class Fetched(object):
     def json(self):
         try:
             return json.loads(self.text or '')
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: JSON nested deeper than the interpreter's stack (the body is capped at 1 MiB).
             return None
 
     def describe(self):

@@ -101,7 +101,8 @@ options:
     type: path
     description:
       - With O(servers), start the check in a detached process on this host and return at once, with
-        RV(results_file), a new file in this directory (created C(0750) if missing; refused if group or others can write it). Collect the verdicts
+        RV(results_file), a new file in this directory (created C(0750) if missing, except in check mode, where a
+        private temporary directory takes its place; refused if group or others can write it). Collect the verdicts
         later with O(results_file) (or M(modelops.vllm.watchdog_gate)'s O(modelops.vllm.watchdog_gate#module:results_file)).
       - This is what C(async) with C(poll) V(0) does, at the cost of a plain module run. The process stops after the
         check's overall deadline plus 60 seconds at most. Files nobody collected are removed after an hour.
@@ -586,7 +587,9 @@ def main():
         # imported by the check itself.
         limit = check_deadline(params['interval'], params['probe_timeout'], params['metrics_timeout']) + 60
         try:
-            path = start_background(work, params['background_dir'], limit)
+            # Check mode creates nothing: a missing directory is not created (a temporary one, removed
+            # with the file when it is collected, takes its place).
+            path = start_background(work, params['background_dir'], limit, create=not module.check_mode)
         except (StateError, OSError) as exc:
             fail('the background check cannot start: %s' % exc)
         module.exit_json(changed=False, started=True, results_file=path)

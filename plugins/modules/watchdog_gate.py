@@ -593,7 +593,7 @@ def _failed_restart(text):
         return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
         data = {'error': 'the record of a failed restart cannot be read'}

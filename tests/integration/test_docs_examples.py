@@ -85,3 +85,36 @@ def test_awx_example_under_ansible_runner(sim, tmp_path):
     assert custom['vllm_watchdog_counts'] == {'busy': 1, 'stuck': 1}, custom
     assert custom['vllm_watchdog_restarted'] == ['gb10-02/vllm'], custom
     assert custom['vllm_watchdog_needs_human'] == [], custom
+
+
+def test_watchdog_results_example_reads_the_fact_without_injected_facts(sim, tmp_path):
+    """docs/watchdog.md's play after the watchdog, verbatim, with INJECT_FACTS_AS_VARS=False (the 2.24
+    default): it reads every host's results through ansible_facts, so the busy host's line and the restarted
+    host are there, and no warning is printed. Written with the bare vllm_watchdog_results it would fail here."""
+    busy = sim.create(step_rate=50)
+    stuck = sim.create(step_rate=50, process_age=7200)  # up for two hours: past the start-up grace
+    for server in (busy, stuck):
+        sim.start_load(server['id'], concurrency=2, max_tokens=10 ** 8)
+        sim.wait_for(server['id'], lambda s: sum(e['reported_running'] for e in s['engines']) == 2)
+    sim.set_state(stuck['id'], 'hang')
+    restarter = tmp_path / 'restart.py'
+    restarter.write_text(RESTART)
+    hosts = {}
+    for host, server in (('gb10-01', busy), ('gb10-02', stuck)):
+        hosts[host] = {'vllm_url': server['url'], 'vllm_watchdog_state_dir': str(tmp_path / 'state' / host),
+                       'vllm_watchdog_restart_command': [sys.executable, str(restarter), sim.base_url,
+                                                         str(server['id'])]}
+    inventory = {'vllm': {'hosts': hosts, 'vars': {
+        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_interval': 1, 'vllm_watchdog_ready_delay': 1,
+        'vllm_watchdog_ready_timeout': 60, 'vllm_watchdog_become': False, 'ansible_connection': 'local',
+        'ansible_python_interpreter': sys.executable}}}
+    (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory))
+    (tmp_path / 'play.yml').write_text(examples('watchdog.md')['watchdog-results'] + '\n')
+    proc = subprocess.run([_bin('ansible-playbook'), '-i', str(tmp_path / 'inventory.yml'), str(tmp_path / 'play.yml')],
+                          cwd=str(tmp_path), env=env({'ANSIBLE_INJECT_FACT_VARS': 'False'}), capture_output=True,
+                          text=True, timeout=600, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert 'gb10-01/vllm: busy - watchdog: no action' in output, output[-4000:]
+    assert '"msg": "restarted: [\'gb10-02\']"' in output, output[-4000:]
+    assert '[WARNING]' not in output and '[DEPRECATION WARNING]' not in output, output[-4000:]

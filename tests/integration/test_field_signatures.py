@@ -21,14 +21,7 @@ pytestmark = [pytest.mark.integration]
 
 PORT_RANGE = span("field")
 WINDOW = 20.0
-SETTINGS = {
-    "vllm_watchdog_interval": 1,
-    "vllm_watchdog_probe_timeout": 3,
-    "vllm_watchdog_metrics_timeout": 3,
-    "vllm_watchdog_ready_delay": 1,
-    "vllm_watchdog_ready_timeout": 60,
-    "vllm_watchdog_paused_limit": 2 * WINDOW,
-}
+SETTINGS = dict(field.SCALED, vllm_watchdog_paused_limit=2 * WINDOW)
 # Work in flight at the start: the check must never probe these.
 IN_FLIGHT = ("deadlock", "reprefill", "reprefill-uncounted", "starved", "prefill", "dead-engine", "stranded",
              "paused", "weights")

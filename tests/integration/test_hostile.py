@@ -425,6 +425,33 @@ def server_side_cases(pool):
     add(14, 'kv-then-kv-trailing-comma-running-1', metrics=h.vllm_text(
         {'0': h.engine_numbers(running=1)}, start=start, model=None) + 'vllm:kv_cache_usage_perc{engine="0",} 0.5\n')
 
+    # Class 21: /is_paused (vLLM's pause API) answers that are no proof of a pause, on a frozen engine with
+    # work in flight: never `paused` (which is never restarted), never a traceback, the check still bounded.
+    # Only exactly {"is_paused": true} with 200 is a pause (the control below).
+    for name, answer in (
+            ('string-true', h.respond(200, '{"is_paused":"true"}', 'application/json')),
+            ('one', h.respond(200, '{"is_paused":1}', 'application/json')),
+            ('true-with-500', h.respond(500, '{"is_paused":true}', 'application/json')),
+            ('html', h.respond(200, '<html><body>paused</body></html>', 'text/html')),
+            ('not-json', h.respond(200, '{"is_paused": tru', 'application/json')),
+            ('deep-json', h.respond(200, '[' * 100000 + ']' * 100000, 'application/json')),
+            ('huge', h.respond(200, '{"is_paused":true,"x":"%s"}' % ('y' * (3 * 1024 * 1024)), 'application/json')),
+            ('binary', h.respond(200, binary_body(), 'application/json')),
+            ('reset', h.reset),
+            ('never-answers', h.hold),
+            ('trickles-true', h.trickle('{"is_paused":true}', every=2.0, ctype='application/json')),
+            ('redirect-elsewhere', h.redirect(far + '/is_paused'))):
+        add(21, 'is-paused-' + name, expect=None, no_probe=True, states=['stuck'], metrics=stuck_capture(),
+            extra={'/is_paused': answer})
+    add(0, 'CONTROL-is-paused-true', expect=None, no_probe=True, states=['paused'], metrics=stuck_capture(),
+        extra={'/is_paused': h.respond(200, '{"is_paused":true}', 'application/json')})
+    add(0, 'CONTROL-weight-update-in-flight', expect=None, no_probe=True, states=['paused'], metrics=h.vllm_text(
+        {'0': h.engine_numbers(running=2)}, start=start,
+        extra='vllm:rl_weight_update_operations_in_flight{operation="update"} 1.0\n'))
+    add(21, 'weight-update-nan', expect=None, no_probe=True, states=['stuck'], metrics=h.vllm_text(
+        {'0': h.engine_numbers(running=2)}, start=start,
+        extra='vllm:rl_weight_update_operations_in_flight{operation="update"} NaN\n'))
+
     # Genuine hangs: these ARE stuck (the tier proves both directions).
     add(0, 'GENUINE-frozen-capture-running-3', expect='stuck', no_probe=True, states=['stuck'], metrics=stuck_capture())
     add(0, 'GENUINE-idle-probe-never-answers', expect='stuck', states=['stuck'], metrics=idle, probe=h.hold,

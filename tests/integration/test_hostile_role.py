@@ -72,7 +72,7 @@ ROLE_PLAY = """
         - name: Save
           ansible.builtin.copy:
             content: >-
-              {{ {'results': vllm_watchdog_results | default([]), 'failed': hostile_failed | default(false),
+              {{ {'results': ansible_facts.vllm_watchdog_results | default([]), 'failed': hostile_failed | default(false),
                   'msg': hostile_msg | default('')} | to_json }}
             dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
             mode: "0600"

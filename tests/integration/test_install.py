@@ -124,5 +124,9 @@ def test_awx_project_requirements_file(copy, tmp_path):
 def test_readme_watchdog_example_is_the_shipped_playbook():
     with open(os.path.join(REPO, 'playbooks', 'watchdog.yml')) as handle:
         shipped = yaml.safe_load(handle)
-    assert yaml.safe_load(readme_examples()['watchdog-playbook']) == shipped
-    assert shipped[0]['become'] == '{{ vllm_watchdog_become | default(true) }}'
+    preflight, play = shipped  # the hosts to watch (on the controller), then the play
+    assert preflight['hosts'] == 'localhost' and 'No host to watch' in str(preflight['tasks'])
+    names = [task['name'].split(' | ')[0] for task in play.pop('pre_tasks')]
+    assert names == ['One inventory host only, when the run is for one (vllm_watchdog_one_host)', 'Preflight']
+    assert yaml.safe_load(readme_examples()['watchdog-playbook']) == [play]
+    assert play['become'] == '{{ vllm_watchdog_become | default(true) }}'

@@ -183,8 +183,12 @@ def test_backend_check_at_a_proxy_of_idle_backends_is_never_alarming(sim, nginx_
     """With idle backends the check reads /metrics, sends its probe, and reads /metrics again to
     make sure the probe was answered by the process it read. Behind a proxy the reads land on
     different backends: the verdict is 'unknown' (a load balancer), never restarted, stuck or down;
-    only when both reads happen to land on the same backend is it 'idle'."""
-    servers = backends(sim, 3)
+    only when both reads happen to land on the same backend is it 'idle'.
+
+    Idle backends behind least_conn are taken in turn, and the two /metrics reads are three
+    requests apart (/metrics, /is_paused, the probe, /metrics): with three backends they always
+    land on the same one. Two backends make them land on different ones, as a real proxy would."""
+    servers = backends(sim, 2)
     proxy = nginx_proxies(servers)
     outcomes = check_through_proxy(proxy, 3)
     for result, log in outcomes:

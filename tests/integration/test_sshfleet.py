@@ -10,6 +10,9 @@ that address. What is proven here, as users run Ansible:
   host's own simulated server (the simulator's request counts and Host headers per server) and
   judges each host by its own state;
 * only the fleet's key gets in;
+* the watchdog over SSH names a misspelled ``vllm_url`` and a misspelled role variable (once each, with the
+  closest name), in check mode leaves nothing on the hosts (no state, no background-check directory), and is
+  red for an inventory without the group ``vllm``, naming the pattern and the inventory;
 * a second fleet runs beside the first without either seeing the other's connections, and after
   ``stop()`` nothing listens on its port, no sshd process of it is left (not even a connection
   held open by a client Ansible does not manage), and its vLLM ports are closed.
@@ -22,10 +25,13 @@ sshd ports 25000-25099, simulator control ports 25500-25999 (``PORT_RANGE``), ho
 127.0.25.x, 127.0.26.x and 127.0.27.x. If sshd is missing, the fleets fail saying to run scripts/ensure-sshd.sh.
 """
 
+import glob
 import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -175,6 +181,51 @@ def test_only_the_fleets_key_gets_in(fleet, tmp_path):
     assert "Permission denied" in bad.stderr
 
 
+WATCHDOG_PLAY = "- name: The watchdog\n  ansible.builtin.import_playbook: modelops.vllm.watchdog\n"
+
+
+def check_dirs():
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "modelops-vllm-check-*")))
+
+
+def test_a_typo_over_ssh_is_named_check_mode_leaves_nothing_and_no_group_is_red(fleet, tmp_path):
+    path = fleet.inventory(str(tmp_path / "inventory.json"))
+    with open(path) as handle:
+        data = json.load(handle)
+    typo_host = fleet.hosts[0]
+    hostvars = data["all"]["children"]["vllm"]["hosts"][typo_host]
+    hostvars["vllm_ulr"] = hostvars.pop("vllm_url")
+    with open(path, "w") as handle:
+        json.dump(data, handle)
+    state = tmp_path / "state"
+    temp_before = check_dirs()
+    run = ansible_run.run_playbook(WATCHDOG_PLAY, inventory=path, workdir=str(tmp_path / "run"), args=[
+        "--check", "-f", "5", "-e", "vllm_watchdog_become=false", "-e", "vllm_watchdog_interval=1",
+        "-e", "vllm_watchdog_state_dir=%s/{{ inventory_hostname }}" % state,
+        "-e", "vllm_watchdog_restart_methd=docker"])
+    said = run.stderr
+    # Named once each (not once per host), with the host that has it and the closest known name.
+    assert said.count("vllm_ulr (set on %s) is not a variable of modelops.vllm" % typo_host) == 1, run
+    assert "did you mean vllm_url?" in said, run
+    assert said.count("vllm_watchdog_restart_methd (set on ") == 1, run
+    assert "did you mean vllm_watchdog_restart_method?" in said, run
+    # Every host was watched (a line each in the summary), and check mode left nothing anywhere.
+    for host in fleet.hosts:
+        assert "%s/vllm: " % host in run.stdout, (host, run)
+    assert not state.exists(), sorted(str(p) for p in state.rglob("*"))
+    assert check_dirs() - temp_before == set()
+
+    # An inventory without the group vllm: red, naming the pattern and the inventory.
+    data["all"]["children"] = {"gpus": data["all"]["children"]["vllm"]}
+    other = tmp_path / "no-vllm-group.json"
+    other.write_text(json.dumps(data))
+    run = ansible_run.run_playbook(WATCHDOG_PLAY, inventory=str(other), workdir=str(tmp_path / "run2"),
+                                   args=["--check", "-e", "vllm_watchdog_become=false"])
+    assert run.rc == 2, run
+    assert ('No host to watch: the host pattern "vllm" (vllm_watchdog_hosts) matches no host of the inventory %s, '
+            'whose groups are gpus (%d host(s))' % (other, SIZE)) in run.stdout, run
+
+
 def test_missing_sshd_fails_saying_how_to_install_it(monkeypatch):
     monkeypatch.setattr(sshfleet, "SSHD_BIN", "/nonexistent/sshd")
     fleet = SSHFleet(1, SECOND_SSH_PORT, first_address=SECOND_FIRST_ADDRESS)
@@ -244,7 +295,7 @@ def test_a_second_fleet_runs_beside_and_stops_leaving_nothing(fleet, ssh_fleet):
 WATCHDOG_SSH_PORT = 25002
 WATCHDOG_FIRST_ADDRESS = "127.0.27.2"
 
-WATCHDOG_PLAY = """
+WATCHDOG_ROLE_PLAY = """
 - name: Watch vLLM servers over SSH, as playbooks/watchdog.yml does, with the stand-ins for systemctl
   hosts: vllm
   gather_facts: false
@@ -291,7 +342,7 @@ def test_a_misspelt_vllm_url_over_ssh_restarts_nothing_and_the_look_alikes_are_r
     hosts[typo]["vllm_ulr"] = hosts[typo].pop("vllm_url")  # the typo
     path = tmp_path / "inventory-typo.json"
     path.write_text(json.dumps(inventory))
-    play = WATCHDOG_PLAY.format(environment=json.dumps(env))
+    play = WATCHDOG_ROLE_PLAY.format(environment=json.dumps(env))
 
     first = ansible_run.run_playbook(play, inventory=str(path), workdir=str(tmp_path / "run1"), args=["-f", "5"])
     assert first.rc == 2, first  # the typo needs a human

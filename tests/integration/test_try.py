@@ -45,7 +45,8 @@ PORTS = (28000, 28099)
 MARKER = re.compile(r'<!-- try(?::\s*(?P<arg>[^>]*?))?\s*-->[ \t]*\n```(?P<lang>[\w-]*)\n(?P<body>.*?)\n```', re.S)
 EXAMPLE = re.compile(r'<!-- example: ([\w-]+) -->\s*\n```[\w-]*\n(.*?)\n```', re.S)
 # The pages whose commands run against the sandbox (a page that loses its markers fails here).
-PAGES = ['README.md', 'docs/adhoc.md', 'docs/awx.md', 'docs/fleet.md', 'docs/rollout.md', 'docs/schedule.md']
+PAGES = ['README.md', 'docs/adhoc.md', 'docs/awx.md', 'docs/fleet.md', 'docs/prometheus.md', 'docs/rollout.md',
+         'docs/schedule.md']
 SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
 
@@ -177,9 +178,21 @@ def run_page(sandbox, page, before=None):
 
 def output_of(results, contains):
     """The stdout of the one block whose text contains ``contains``."""
-    found = [proc.stdout for arg, body, proc in results if proc is not None and contains in body]
+    return proc_of(results, contains).stdout
+
+
+def proc_of(results, contains):
+    """The finished process of the one block whose text contains ``contains``."""
+    found = [proc for arg, body, proc in results if proc is not None and contains in body]
     assert len(found) == 1, 'expected one block with %r, found %d' % (contains, len(found))
     return found[0]
+
+
+def summary_lines(out):
+    """The lines of a run with modelops.vllm.oneline (the sandbox's callback): no banner, no task line."""
+    lines = out.strip().splitlines()
+    assert not [line for line in lines if line.startswith(('PLAY ', 'TASK ', 'ok: [', 'skipping: [', 'changed: ['))], out
+    return lines
 
 
 def assert_untouched(sandbox, *names):
@@ -211,8 +224,15 @@ def test_readme(sandbox):
     out = output_of(results, 'modelops.vllm.check')
     for line in ('gb10-idle: idle - ', 'gb10-busy: busy - ', 'gb10-stuck: stuck - ', 'gb10-down: down - '):
         assert line in out, out[-3000:]
+    # One line per server (6), the check's count and the hosts' total: nothing else (the sandbox's callback).
+    lines = summary_lines(out)
+    assert len(lines) == 8 and lines[-2].startswith('vLLM fleet check (host): 6 server(s): '), out
+    assert lines[-1] == '6 host(s): 6 ok, 0 changed, 0 failed, 0 unreachable', out
     out = output_of(results, 'modelops.vllm.watchdog')
     assert 'gb10-stuck/vllm: stuck - watchdog: restarted' in out, out[-4000:]
+    lines = summary_lines(out)
+    assert len(lines) == 8 and lines[5].startswith('vLLM watchdog: 5 instance(s): '), out  # 5 + count + total + grep
+    assert lines[6] == '5 host(s): 4 ok, 1 changed, 0 failed, 0 unreachable', out
     assert '"argv": ["systemctl", "restart", "vllm-gb10-stuck"]' in out.strip().splitlines()[-1], out[-2000:]  # grep
     assert sandbox.restarts() == ['vllm-gb10-stuck']
     assert_untouched(sandbox, 'gb10-busy', 'gb10-prefill', 'gb10-idle')
@@ -221,7 +241,11 @@ def test_readme(sandbox):
 
 def test_adhoc(sandbox):
     results = run_page(sandbox, 'docs/adhoc.md')
-    out = output_of(results, "ansible gb10-busy")
+    # The callback: the verdict's line, and nothing else; -v: the whole result.
+    found = [proc.stdout for arg, body, proc in results
+             if proc is not None and body.startswith('ansible gb10-busy ') and body.endswith("interval=2'")]
+    assert len(found) == 1 and found[0].count('\n') == 1 and found[0].startswith('gb10-busy: busy - '), found
+    out = output_of(results, "interval=2' -v")
     assert '\n    "line": "gb10-busy: busy - ' in out and '\n    "state": "busy",' in out, out[-3000:]
     lines = output_of(results, "-o | sed").splitlines()
     assert sorted(line.split(':')[0] for line in lines) == \
@@ -231,7 +255,9 @@ def test_adhoc(sandbox):
                       'gb10-stuck': 'stuck'}, lines
     assert [line for line in lines if line.startswith('gb10-prefill:')][0].endswith(
         '(kv_cache_usage_perc); no probe sent'), lines  # only the KV cache moved: a chunked prefill
-    assert '"msg": "gb10-busy: busy - ' in output_of(results, 'check-line.yml')
+    lines = summary_lines(output_of(results, 'check-line.yml'))
+    assert len(lines) == 6 and [line for line in lines if line.startswith('gb10-busy: busy - ')], lines
+    assert lines[-1] == '5 host(s): 5 ok, 0 changed, 0 failed, 0 unreachable', lines
     out = output_of(results, 'modelops.vllm.check')
     assert 'gb10-stuck: stuck - ' in out and 'llm-proxy: up - ' in out, out[-3000:]
     assert_nothing_sent(sandbox, 'gb10-busy', 'gb10-stuck', 'gb10-prefill')
@@ -243,6 +269,10 @@ def test_awx_without_awx(sandbox):
     results = run_page(sandbox, 'docs/awx.md')
     out = output_of(results, 'ansible-runner run')
     assert out.strip().endswith('successful'), out[-3000:]
+    # ansible-runner prints through the callback of ANSIBLE_STDOUT_CALLBACK (as the execution environment sets
+    # it): one line per instance, the count, the total, then cat's `successful`.
+    lines = summary_lines(out)
+    assert len(lines) == 8 and lines[-3].startswith('vLLM watchdog: 5 instance(s): '), out[-3000:]
     assert 'gb10-busy/vllm: busy - watchdog: no action (busy: nothing to do)' in out, out[-5000:]
     assert 'gb10-stuck/vllm: stuck - watchdog: restarted (restart: stuck' in out, out[-5000:]
     artifacts = json.loads(output_of(results, 'playbook_on_stats'))
@@ -268,6 +298,65 @@ def test_fleet(sandbox):
     assert through_proxy == {'GET /v1/models'}  # a proxy is asked for its models, nothing else
     assert_nothing_sent(sandbox, 'gb10-busy', 'gb10-stuck', 'gb10-prefill')
     assert sandbox.restarts() == []
+
+    # Misspelled variables are named, once each, with the closest known name; the check still reports.
+    said = proc_of(results, 'vllm_check_intervl=1').stderr
+    for typo, meant in (('vllm_check_intervl', 'vllm_check_interval'), ('vllm_ulr', 'vllm_url')):
+        assert said.count('[WARNING]: %s (set on gb10-idle, ' % typo) == 1, said
+        assert '%s is not a variable of modelops.vllm' % typo not in said  # the hosts are named, in one line
+        assert 'so nothing reads it: did you mean %s?' % meant in said, said
+    # A bad value: one line, the host failed, nothing else run for it.
+    lines = summary_lines(output_of(results, 'restart_method=dokcer'))
+    assert lines == ['gb10-busy: FAILED: value of vllm_watchdog_restart_method must be one of: systemd, docker, '
+                     'compose, command, got: dokcer',
+                     '1 host(s): 0 ok, 0 changed, 1 failed, 0 unreachable; failed: gb10-busy'], lines
+    # No host matched: red, naming the pattern and the inventory (ours), or Ansible's own error (unparsed_is_failed).
+    lines = summary_lines(output_of(results, 'vllm_watchdog_hosts=gb10'))
+    assert lines[0] == ('localhost: FAILED: No host to watch: the host pattern "gb10" (vllm_watchdog_hosts) matches '
+                        'no host of the inventory %s, whose groups are vllm, vllm_proxies (6 host(s))'
+                        % sandbox.path('inventory')), lines
+    assert 'No inventory was parsed' in proc_of(results, 'cd /tmp &&').stderr
+
+
+def test_prometheus_page(sandbox):
+    """docs/prometheus.md in the sandbox: the rules rendered and checked, their unit tests, the Alertmanager
+    routes checked by amtool, the watchdog's textfile read by promtool, and a missing directory said."""
+    results = run_page(sandbox, 'docs/prometheus.md')
+    rules = sandbox.path('rules', 'vllm.rules.yml')
+    with open(rules) as handle:
+        text = handle.read()
+    assert '[30s]' in text and 'no progress for 2m' in text, text[:2000]  # the -e settings were used
+    assert 'SUCCESS' in output_of(results, 'promtool check rules'), results
+    assert 'SUCCESS' in output_of(results, 'promtool test rules'), results
+    out = output_of(results, 'amtool check-config')
+    assert 'SUCCESS' in out and out.count('vllm-watchdog') >= 2, out
+    stuck = open(sandbox.path('textfile', 'gb10-stuck.prom')).read()
+    assert 'vllm_watchdog_action{vllm_instance="vllm",action="restart"} 1' in stuck, stuck
+    busy = open(sandbox.path('textfile', 'gb10-busy.prom')).read()
+    assert 'state="busy"} 1' in busy and 'action="none"} 1' in busy, busy
+    out = output_of(results, '/nonexistent/')
+    assert 'TEXTFILE NOT WRITTEN' in out and '/nonexistent/vllm_watchdog.prom' in out, out[-3000:]
+    assert sandbox.restarts() == ['vllm-gb10-stuck']  # the first watchdog run's, once
+
+
+def test_try_reset_starts_the_sandbox_afresh(sandbox):
+    """try_reset (env.sh) puts every server back in its first state, removes the watchdog's state and the
+    stand-ins' log, and leaves the shell in the sandbox; a page can then be followed from its start."""
+    sandbox.fresh()
+    proc = sandbox.run('ansible-playbook -i inventory modelops.vllm.watchdog >/dev/null\n'
+                       'ls state/gb10-stuck/vllm.json\n'
+                       'try_reset\n'
+                       'pwd\n'
+                       'ls state\n'
+                       'wc -c < standins.log\n'
+                       'ansible-playbook -i inventory modelops.vllm.check')
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == 'state/gb10-stuck/vllm.json' and lines[1] == sandbox.dir, lines  # pwd after the reset
+    assert lines[2] == '0', lines  # no state (ls prints nothing), the stand-ins' log empty
+    assert 'gb10-stuck: stuck - ' in proc.stdout, proc.stdout  # hung again: the reset's, not the restarted one
+    assert sandbox.restarts() == []
+    assert sandbox.sim.get('gb10-stuck')['restarts'] == 0
 
 
 def test_rollout(sandbox):

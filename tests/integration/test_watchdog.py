@@ -14,6 +14,7 @@ exact argv and act on the simulated servers. Ports: the simulator and the test's
 endpoint use 127.0.0.1:21500-21999 (the molecule scenarios use 21000-21499).
 """
 
+import configparser
 import glob
 import http.server
 import json
@@ -53,7 +54,7 @@ WATCHDOG_PLAY = """
   tasks:
     - name: Save vllm_watchdog_results
       ansible.builtin.copy:
-        content: "{{ vllm_watchdog_results | to_json }}"
+        content: "{{ ansible_facts.vllm_watchdog_results | to_json }}"
         dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
         mode: "0600"
 """
@@ -154,7 +155,7 @@ UNREACHABLE_PLAY = """
   tasks:
     - name: Save every host's results
       ansible.builtin.copy:
-        content: "{{ dict(groups['vllm'] | zip(groups['vllm'] | map('extract', hostvars, 'vllm_watchdog_results'))) | to_json }}"
+        content: "{{ dict(groups['vllm'] | zip(groups['vllm'] | map('extract', hostvars, ['ansible_facts', 'vllm_watchdog_results']))) | to_json }}"
         dest: "{{ out_dir }}/results.json"
         mode: "0600"
 """
@@ -260,7 +261,7 @@ def test_execution_environment_context_is_created_offline(tmp_path):
         definition = yaml.safe_load(handle)
     # The definition names the tarball `make build` writes for this version of the collection.
     assert definition['version'] == 3
-    assert [f['src'] for f in definition['additional_build_files']] == ['../build/' + tarball_name]
+    assert [f['src'] for f in definition['additional_build_files']] == ['../build/' + tarball_name, 'ansible.cfg']
     assert definition['dependencies']['galaxy']['collections'] == [
         {'name': '/build/collections/' + tarball_name, 'type': 'file'}]
 
@@ -269,6 +270,7 @@ def test_execution_environment_context_is_created_offline(tmp_path):
     (layout / 'execution-environment').mkdir(parents=True)
     (layout / 'requirements').mkdir()
     shutil.copy(ee_file, str(layout / 'execution-environment'))
+    shutil.copy(os.path.join(REPO, 'execution-environment', 'ansible.cfg'), str(layout / 'execution-environment'))
     shutil.copy(os.path.join(REPO, 'requirements', 'collection.txt'), str(layout / 'requirements'))
     subprocess.run([os.path.join(BIN, 'ansible-galaxy'), 'collection', 'build', '--force', '--output-path',
                     str(layout / 'build'), REPO], check=True, capture_output=True, text=True, timeout=300,
@@ -286,6 +288,16 @@ def test_execution_environment_context_is_created_offline(tmp_path):
     assert 'ansible-galaxy collection install' in containerfile
     assert 'ansible-core==2.19.14' in containerfile
     assert 'requests>=2.25' in (context / '_build' / 'requirements.txt').read_text()
+    # The recommended settings: /etc/ansible/ansible.cfg (pipelining, the one-line callback), and the callback in
+    # the environment, which ansible-runner keeps under its own (ORIGINAL_STDOUT_CALLBACK).
+    config = configparser.ConfigParser()
+    config.read_string((context / '_build' / 'configs' / 'ansible.cfg').read_text())
+    assert config.getboolean('connection', 'pipelining') is True
+    assert config.get('defaults', 'stdout_callback') == 'modelops.vllm.oneline'
+    assert config.getboolean('inventory', 'unparsed_is_failed') is True
+    lines = containerfile.splitlines()
+    assert 'COPY _build/configs/ansible.cfg /etc/ansible/ansible.cfg' in lines, containerfile
+    assert 'ENV ANSIBLE_STDOUT_CALLBACK=modelops.vllm.oneline' in lines, containerfile
     with tarfile.open(str(context / '_build' / 'collections' / tarball_name)) as tar:
         names = tar.getnames()
     assert 'roles/watchdog/tasks/main.yml' in names and 'plugins/modules/health.py' in names

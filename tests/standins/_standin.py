@@ -223,6 +223,9 @@ def service_state(config, name):
     info = _server_info(config, svc)
     state = svc.get('state', 'auto')
     started_at = svc.get('started_at')
+    if isinstance(started_at, str):
+        # The config is written by a play: ansible-core 2.16 renders a templated number inside a dict as a string.
+        started_at = float(started_at)
     if state == 'auto':
         status = (info or {}).get('status')
         if status in ('listening', 'loading'):

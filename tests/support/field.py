@@ -19,6 +19,14 @@ from tests.support.ansible_run import run_playbook
 from tests.support.standins import Standins
 
 LONG = 10 ** 8  # max_tokens: decoding for ever at the simulator's step rates
+# The role's settings for a scaled schedule: short waits and timeouts (a check takes seconds).
+SCALED = {
+    "vllm_watchdog_interval": 1,
+    "vllm_watchdog_probe_timeout": 3,
+    "vllm_watchdog_metrics_timeout": 3,
+    "vllm_watchdog_ready_delay": 1,
+    "vllm_watchdog_ready_timeout": 60,
+}
 
 
 class Signature(object):
@@ -162,7 +170,7 @@ WATCHDOG_PLAY = """
   tasks:
     - name: Save vllm_watchdog_results
       ansible.builtin.copy:
-        content: "{{ hostvars[item].vllm_watchdog_results | default(none) | to_json }}"
+        content: "{{ hostvars[item].ansible_facts.vllm_watchdog_results | default(none) | to_json }}"
         dest: "{{ out_dir }}/{{ item }}.json"
         mode: "0600"
       loop: "{{ groups['vllm'] }}"

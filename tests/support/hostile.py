@@ -710,6 +710,7 @@ CLASSES = {
     18: 'a textfile that cannot be written',
     19: 'the EDA event source',
     20: 'a restart command that hangs',
+    21: 'a pause answer that is no proof of a pause',
 }
 
 

@@ -141,3 +141,11 @@ def test_without_state_dir_or_window_the_rule_is_off_and_says_why(tmp_path):
     assert 'no state_dir' in check(spec(None), [deadlock(0), deadlock(1)], 1000.0)['evidence']['progress']['off']
     off = check(spec(str(tmp_path), window=0), [deadlock(0), deadlock(1)], 1000.0)['evidence']['progress']
     assert off == {'window': 0, 'off': 'stall_window is 0'}
+
+
+def test_a_memory_nested_deeper_than_the_stack_starts_afresh(tmp_path):
+    state = tmp_path / 'state'
+    state.mkdir(mode=0o750)
+    open(_check.progress_file(str(state), 'vllm'), 'w').write('[' * 200000 + ']' * 200000)
+    result = check(spec(str(state)), [deadlock(0), deadlock(1)], 1000.0)
+    assert result['state'] == 'busy' and 'not JSON' in result['evidence']['progress']['note']

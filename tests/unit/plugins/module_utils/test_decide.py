@@ -354,3 +354,9 @@ def test_memory_that_does_not_come_back_takes_the_next_step(settings, history, a
                                  {'reboot_cooldown': float('inf')}])
 def test_ladder_settings_that_are_not_in_range_are_refused(bad):
     assert invalid_settings(dict(S, **bad))
+
+
+def test_a_history_nested_deeper_than_the_stack_is_damage_not_a_crash():
+    from ansible_collections.modelops.vllm.plugins.module_utils._decide import load_history
+    history, why = load_history('[' * 200000 + ']' * 200000)
+    assert history is None and why == 'it is not JSON'

@@ -1,0 +1,380 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+name: oneline
+type: stdout
+short_description: One line per vLLM server and a total; everything else with -v
+version_added: 0.1.0
+author: modelops.vllm maintainers (@modelops)
+description:
+  - The output of the collection's playbooks as their reports read, for a terminal, a cron log or an AWX job
+    without scrolling. Without C(-v), a playbook prints what it was written to say (the message of every
+    C(ansible.builtin.debug) task that runs, such as the check's, the watchdog's and the rollout's line per server and
+    their total), every warning, one line per failure (the host, the task and its message, never a result dump) and a
+    last line with the count of hosts that were ok, changed, failed and unreachable.
+  - Not printed without C(-v), which prints exactly what P(ansible.builtin.default#callback) prints, are the play and
+    task banners, the C(ok), C(changed) and C(skipping) line of each host and task, the C(FAILED - RETRYING) lines, a
+    failure that a C(rescue) of its block handles or that C(ignore_errors) ignores, a host that did not answer in a
+    task with C(ignore_unreachable) (the collection's playbooks report both in their own lines), and the
+    C(PLAY RECAP) table. A diff (C(--diff)) is printed as by the default callback.
+  - A failure of Ansible's role argument validation is one line with the validation's errors, not the whole
+    argument specification.
+  - Ad hoc (C(ansible HOST -m modelops.vllm.health ...)), a result with the collection's C(line) (the verdict in one
+    sentence) is that line, and any other result is printed as P(ansible.builtin.minimal#callback) prints it. The
+    C(ansible) command uses a configured stdout callback only with C(bin_ansible_callbacks = true).
+  - Not the same as P(ansible.builtin.oneline#callback), which prints every task result of every host on one line.
+extends_documentation_fragment:
+  - ansible.builtin.default_callback
+  - ansible.builtin.result_format_callback
+requirements:
+  - Set as the stdout callback (C(stdout_callback = modelops.vllm.oneline) in the C([defaults]) section of
+    C(ansible.cfg), or C(ANSIBLE_STDOUT_CALLBACK=modelops.vllm.oneline)); for the C(ansible) command, also
+    C(bin_ansible_callbacks = true) (C(ANSIBLE_LOAD_CALLBACK_PLUGINS=true)). Under ansible-runner and AWX, the
+    environment variable, which ansible-runner keeps under its own callback.
+'''
+
+EXAMPLES = r'''
+# Select it in ansible.cfg (bin_ansible_callbacks: the ansible command too):
+ansible_config: |
+  [defaults]
+  stdout_callback = modelops.vllm.oneline
+  bin_ansible_callbacks = true
+# Or in the environment (what an execution environment sets; ansible-runner and AWX keep it under their own callback):
+environment_variables: |
+  ANSIBLE_STDOUT_CALLBACK=modelops.vllm.oneline
+  ANSIBLE_LOAD_CALLBACK_PLUGINS=true
+# What `ansible-playbook -i inventory modelops.vllm.check` prints then:
+output: |
+  gb10-01: idle - nothing in flight and a one-token probe answered in 0.02 s
+  gb10-02: busy - 3 request(s) in flight and the engine moved within 5.0 s (...); no probe sent
+  vLLM fleet check (host): 2 server(s): 1 idle, 1 busy
+  2 host(s): 2 ok, 0 changed, 0 failed, 0 unreachable
+'''
+
+import json
+
+from ansible import constants as C
+from ansible import context
+from ansible.playbook.block import Block
+from ansible.playbook.task_include import TaskInclude
+from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+from ansible.plugins.callback.minimal import CallbackModule as MinimalCallback
+
+try:
+    from ansible.utils.fqcn import add_internal_fqcns
+except ImportError:  # pragma: no cover - older ansible-core
+    def add_internal_fqcns(names):
+        out = []
+        for name in names:
+            out += [name, 'ansible.builtin.' + name, 'ansible.legacy.' + name]
+        return out
+
+DEBUG = frozenset(add_internal_fqcns(('debug',)))
+VALIDATE = frozenset(add_internal_fqcns(('validate_argument_spec',)))
+# Their message is written for people: it is the line, without the task's name.
+AUTHORED = frozenset(add_internal_fqcns(('fail', 'assert')) + ['modelops.vllm.validate_variables'])
+
+
+def _result(result):
+    """The result dict of a task result (``result`` from ansible-core 2.19, ``_result`` before)."""
+    found = getattr(result, 'result', None)
+    return found if isinstance(found, dict) else result._result
+
+
+def _task(result):
+    found = getattr(result, 'task', None)
+    return found if found is not None and not isinstance(found, str) else result._task
+
+
+def _host(result):
+    found = getattr(result, 'host', None)
+    return (found if found is not None else result._host).get_name()
+
+
+def one_line(text):
+    """Any message as one line: its lines joined, runs of blanks made one."""
+    if isinstance(text, (list, tuple)):
+        text = '; '.join(str(item) for item in text)
+    elif isinstance(text, dict):
+        text = json.dumps(text, sort_keys=True, default=str)
+    return ' '.join(str(text).split())
+
+
+def rescued(task):
+    """Whether a failure of ``task`` goes to the rescue of an enclosing block."""
+    parent = getattr(task, '_parent', None)
+    while parent is not None:
+        if isinstance(parent, Block) and parent.rescue:
+            return True
+        parent = getattr(parent, '_parent', None)
+    return False
+
+
+class CallbackModule(DefaultCallback):
+
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = 'stdout'
+    CALLBACK_NAME = 'modelops.vllm.oneline'
+
+    # Ad hoc, a result without a line is printed as the minimal callback prints it (its methods need this one).
+    _command_generic_msg = MinimalCallback._command_generic_msg
+
+    def __init__(self):
+        super(CallbackModule, self).__init__()
+        self._check_mode = False
+        self._controller_play = False
+        self._worked = set()  # the hosts of plays that are not for the controller alone (hosts: localhost)
+
+    # ----------------------------------------------------------------------------------------- helpers
+
+    def _compact(self):
+        return self._display.verbosity < 1
+
+    @staticmethod
+    def _adhoc():
+        return bool(context.CLIARGS.get('module_name'))
+
+    def _say(self, text, color=None):
+        self._display.display(text, color=color)
+
+    def _failure_text(self, result):
+        res = _result(result)
+        if _task(result).action in VALIDATE and res.get('argument_errors'):
+            return 'Validation of arguments failed: %s' % one_line(res['argument_errors'])
+        for key in ('msg', 'stderr', 'module_stderr', 'stdout'):
+            if res.get(key):
+                return one_line(res[key])
+        return 'failed (no message; -v shows the result)'
+
+    def _failure(self, result, caption, color, item=None):
+        host = _host(result)
+        text = self._failure_text(result)
+        if text.startswith(host + ': '):
+            text = text[len(host) + 2:]
+        task = _task(result)
+        where = '' if task.action in AUTHORED and item is None else ' (%s)' % task.get_name().strip()
+        if item is not None:
+            where = ' (%s, item=%s)' % (task.get_name().strip(), item)
+        self._say('%s: %s%s: %s' % (host, caption, where, text), color=color)
+
+    def _debug_lines(self, result):
+        res, task, host = _result(result), _task(result), _host(result)
+        if 'msg' in res:
+            message = res['msg']
+        else:  # debug: var=name
+            shown = dict((k, v) for k, v in res.items() if not k.startswith('_') and k not in ('changed', 'failed'))
+            message = ', '.join('%s = %s' % (k, json.dumps(v, sort_keys=True, default=str)) for k, v in shown.items())
+        if isinstance(message, (list, tuple)):
+            lines = [one_line(item) if not isinstance(item, str) else item for item in message]
+        elif isinstance(message, dict):
+            lines = [one_line(message)]
+        else:
+            lines = [str(message)]
+            if not (task.run_once or lines[0].startswith(host)):
+                lines = ['%s: %s' % (host, lines[0])]
+        for line in lines:
+            self._say(line)
+
+    def _adhoc_line(self, result, color):
+        """Ad hoc: the collection's one-line verdict, when the result has one."""
+        line = _result(result).get('line')
+        if not isinstance(line, str) or not line:
+            return False
+        self._handle_warnings(_result(result))
+        host = _host(result)
+        self._say(line if line.startswith(host) else '%s | %s' % (host, line), color=color)
+        return True
+
+    # ------------------------------------------------------------------------------------- playbook
+
+    def _banners(self):
+        """Play and task banners, recaps: with -v, and never ad hoc (the minimal callback prints none)."""
+        return not self._compact() and not self._adhoc()
+
+    def v2_playbook_on_start(self, playbook):
+        self._check_mode = bool(context.CLIARGS.get('check'))
+        if self._banners():
+            super(CallbackModule, self).v2_playbook_on_start(playbook)
+
+    def v2_playbook_on_play_start(self, play):
+        self._controller_play = list(getattr(play, 'hosts', None) or []) == ['localhost'] or (
+            getattr(play, 'hosts', None) == 'localhost')
+        if self._banners():
+            return super(CallbackModule, self).v2_playbook_on_play_start(play)
+        self._play = play
+        return None
+
+    def _seen(self, result):
+        if not self._controller_play:
+            self._worked.add(_host(result))
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        if self._banners():
+            super(CallbackModule, self).v2_playbook_on_task_start(task, is_conditional)
+
+    def v2_playbook_on_handler_task_start(self, task):
+        if not self._compact():
+            super(CallbackModule, self).v2_playbook_on_handler_task_start(task)
+
+    def v2_playbook_on_include(self, included_file):
+        if not self._compact():
+            super(CallbackModule, self).v2_playbook_on_include(included_file)
+
+    def v2_playbook_on_no_hosts_matched(self):
+        if not self._compact():
+            super(CallbackModule, self).v2_playbook_on_no_hosts_matched()
+
+    def v2_playbook_on_no_hosts_remaining(self):
+        if not self._compact():
+            super(CallbackModule, self).v2_playbook_on_no_hosts_remaining()
+
+    def v2_playbook_on_notify(self, handler, host):
+        if not self._compact():
+            super(CallbackModule, self).v2_playbook_on_notify(handler, host)
+
+    def v2_runner_on_start(self, host, task):
+        if not self._compact():
+            super(CallbackModule, self).v2_runner_on_start(host, task)
+
+    def v2_runner_retry(self, result):
+        if not self._compact():
+            super(CallbackModule, self).v2_runner_retry(result)
+
+    def v2_runner_on_async_poll(self, result):
+        if not self._compact():
+            super(CallbackModule, self).v2_runner_on_async_poll(result)
+
+    def v2_runner_on_async_ok(self, result):
+        if not self._compact():
+            super(CallbackModule, self).v2_runner_on_async_ok(result)
+
+    def v2_runner_on_async_failed(self, result):
+        if not self._compact():
+            super(CallbackModule, self).v2_runner_on_async_failed(result)
+
+    # --------------------------------------------------------------------------------------- results
+
+    def v2_runner_on_ok(self, result):
+        self._seen(result)
+        if self._adhoc():
+            if self._compact() and self._adhoc_line(result, None):
+                return None
+            return MinimalCallback.v2_runner_on_ok(self, result)
+        if not self._compact():
+            return super(CallbackModule, self).v2_runner_on_ok(result)
+        self._handle_warnings(_result(result))
+        task = _task(result)
+        if isinstance(task, TaskInclude):
+            return None
+        if task.action in DEBUG:
+            self._debug_lines(result)
+        return None
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._seen(result)
+        if self._adhoc():
+            if self._compact() and self._adhoc_line(result, C.COLOR_ERROR):
+                return None
+            return MinimalCallback.v2_runner_on_failed(self, result, ignore_errors)
+        if not self._compact():
+            return super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors)
+        self._handle_warnings(_result(result))
+        task = _task(result)
+        if ignore_errors or rescued(task):
+            return None
+        if task.loop and 'results' in _result(result):
+            return None  # each failed item had its line
+        self._failure(result, 'FAILED', C.COLOR_ERROR)
+        return None
+
+    def v2_runner_on_unreachable(self, result):
+        self._seen(result)
+        if self._adhoc():
+            return MinimalCallback.v2_runner_on_unreachable(self, result)
+        if not self._compact():
+            return super(CallbackModule, self).v2_runner_on_unreachable(result)
+        self._handle_warnings(_result(result))
+        task = _task(result)
+        if task.ignore_unreachable or rescued(task):
+            return None
+        self._failure(result, 'UNREACHABLE', C.COLOR_UNREACHABLE)
+        return None
+
+    def v2_runner_on_skipped(self, result):
+        self._seen(result)
+        if self._adhoc():
+            return MinimalCallback.v2_runner_on_skipped(self, result)
+        if not self._compact():
+            return super(CallbackModule, self).v2_runner_on_skipped(result)
+        self._handle_warnings(_result(result))
+        return None
+
+    def v2_runner_item_on_ok(self, result):
+        if not self._compact():
+            return super(CallbackModule, self).v2_runner_item_on_ok(result)
+        self._handle_warnings(_result(result))
+        return None
+
+    def v2_runner_item_on_skipped(self, result):
+        if not self._compact():
+            return super(CallbackModule, self).v2_runner_item_on_skipped(result)
+        self._handle_warnings(_result(result))
+        return None
+
+    def v2_runner_item_on_failed(self, result):
+        if not self._compact():
+            return super(CallbackModule, self).v2_runner_item_on_failed(result)
+        self._handle_warnings(_result(result))
+        task = _task(result)
+        if task.ignore_errors or rescued(task):
+            return None
+        self._failure(result, 'FAILED', C.COLOR_ERROR, item=self._get_item_label(_result(result)))
+        return None
+
+    def v2_on_file_diff(self, result):
+        if self._adhoc():
+            return MinimalCallback.v2_on_file_diff(self, result)
+        return super(CallbackModule, self).v2_on_file_diff(result)
+
+    # ------------------------------------------------------------------------------------------ total
+
+    def v2_playbook_on_stats(self, stats):
+        if self._adhoc():
+            return None  # as the minimal callback: the line of each host is all
+        if not self._compact():
+            return super(CallbackModule, self).v2_playbook_on_stats(stats)
+        # The hosts the playbook worked on: a play on the controller alone (the shipped playbooks' check that the
+        # host pattern matched) is no host of the fleet, unless it failed there.
+        hosts = sorted(host for host in stats.processed if host in self._worked or not self._worked
+                       or stats.summarize(host)['failures'] or stats.summarize(host)['unreachable'])
+        counts = {'ok': [], 'changed': [], 'failed': [], 'unreachable': []}
+        for host in hosts:
+            summary = stats.summarize(host)
+            if summary['unreachable']:
+                counts['unreachable'].append(host)
+            elif summary['failures']:
+                counts['failed'].append(host)
+            elif summary['changed']:
+                counts['changed'].append(host)
+            else:
+                counts['ok'].append(host)
+        line = '%d host(s): %d ok, %d changed, %d failed, %d unreachable' % (
+            len(hosts), len(counts['ok']), len(counts['changed']), len(counts['failed']), len(counts['unreachable']))
+        for key in ('failed', 'unreachable'):
+            if counts[key]:
+                line += '; %s: %s' % (key, ', '.join(counts[key]))
+        if self._check_mode:
+            line += ' (check mode: nothing was changed)'
+        color = C.COLOR_ERROR if counts['failed'] or counts['unreachable'] else (
+            C.COLOR_CHANGED if counts['changed'] else C.COLOR_OK)
+        self._say(line, color=color)
+        if stats.custom and self.get_option('show_custom_stats'):
+            for key in sorted(stats.custom.keys()):
+                self._say('custom stats %s: %s' % (key, one_line(self._dump_results(stats.custom[key]))))
+        return None

@@ -1,0 +1,126 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: validate_variables
+short_description: Name the vllm_* variables nobody reads, and the values that are wrong, one line each
+version_added: 0.1.0
+author: modelops.vllm maintainers (@modelops)
+description:
+  - A misspelled variable is silently ignored by Ansible, and a role falls back to its default (C(vllm_ulr) instead of
+    C(vllm_url) leaves the check on C(http://127.0.0.1:8000)). This action looks at the variables of every host of
+    O(hosts) (their inventory host and group variables, facts and the extra variables; for the host it runs for, the
+    play's variables too) and warns, once per name, about every variable that looks meant for this collection
+    (C(vllm_*), and C(vlm_*) or C(VLLM_*)) that it does not know, with the closest name it knows
+    (C(did you mean vllm_url?)). With O(strict) such a variable fails the task instead.
+  - The names it knows are the options of the roles P(modelops.vllm.watchdog#role) and P(modelops.vllm.rollout#role)
+    (their C(meta/argument_specs.yml)), the inventory conventions of docs/fleet.md (C(vllm_url), C(vllm_kind),
+    C(vllm_api_key), C(vllm_model), C(vllm_instances), C(vllm_validate_certs), C(vllm_ca_path)), the settings of the
+    shipped playbooks (C(vllm_check_*), C(vllm_watchdog_hosts), C(vllm_watchdog_become), C(vllm_watchdog_one_host)),
+    the variables of the Prometheus rules template (C(vllm_prometheus_*)) and of the rulebook (C(vllm_eda_*)), and the
+    facts the collection sets (C(vllm_health), C(vllm_health_servers), C(vllm_check), C(vllm_checks),
+    C(vllm_watchdog_results)). C(vllm_own_variables), a list set on a host, names variables of your own that start
+    with C(vllm_); they are not warned about.
+  - It also validates the values set on each host (in the inventory or with C(-e)) of the parts named in O(validate),
+    by their argument spec, and fails with one line per problem that names the variable, the value, what is allowed
+    and the hosts, for example C(value of vllm_watchdog_restart_method must be one of systemd, docker, compose,
+    command, got dokcer), before the role's own argument validation would print its whole specification. Values of
+    secrets (C(no_log) options) are never validated here, so never printed.
+  - The shipped playbooks run it first, before the roles (whose own argument validation would print the whole
+    specification on a bad value); the roles run it for the names only, unless the playbook already did (a
+    registered C(_vllm_variables)).
+options:
+  hosts:
+    description:
+      - With C(run_once), the hosts whose names and values this one run looks at (for example
+        C(ansible_play_hosts_all)); a bad value on any of them fails the task, which fails every host of the play.
+      - Without it, the task looks at the values of the host it runs for (a bad value fails that host only, and
+        the others go on), and the first host of the play also warns, once, about the names of every host of the
+        play (C(ansible_play_hosts_all)). This is how the watchdog's playbook runs it, so that one host's mistake
+        never stops the watchdog of the others.
+    type: list
+    elements: str
+  validate:
+    description:
+      - Whose values are validated. V(inventory) the conventions of docs/fleet.md (C(vllm_kind), ...); V(check) the
+        C(vllm_check_*) settings; V(watchdog) the options of the watchdog role and its playbook's settings; V(rollout)
+        the options of the rollout role. The names of every part are known whatever this says.
+    type: list
+    elements: str
+    default: [inventory, check]
+  strict:
+    description:
+      - Fail on a variable it does not know, instead of warning. Default the host's C(vllm_strict_variables)
+        (false).
+    type: bool
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.conn
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  become:
+    support: none
+  bypass_host_loop:
+    support: none
+  connection:
+    support: none
+  check_mode:
+    support: full
+  delegation:
+    support: none
+  diff_mode:
+    support: none
+  platform:
+    platforms: all
+'''
+
+EXAMPLES = r'''
+- name: Every vllm_* variable of the play's hosts is one the collection knows, with a valid value
+  modelops.vllm.validate_variables:
+    hosts: "{{ ansible_play_hosts_all }}"
+    validate: [inventory, check, watchdog]
+  run_once: true
+  register: _vllm_variables
+'''
+
+RETURN = r'''
+unknown:
+  description: The variables it does not know, by name, with the hosts that set them and the closest known name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The variable.
+      type: str
+      sample: vllm_ulr
+    hosts:
+      description: The hosts that have it.
+      type: list
+      elements: str
+      sample: [gb10-busy]
+    suggestion:
+      description: The closest name it knows, or null.
+      type: str
+      sample: vllm_url
+  sample: [{name: vllm_ulr, hosts: [gb10-busy], suggestion: vllm_url}]
+invalid:
+  description: One line per value that does not match its spec, naming the variable, the value, what is allowed and the hosts.
+  returned: always
+  type: list
+  elements: str
+  sample: ["value of vllm_watchdog_restart_method must be one of: systemd, docker, compose, command, got: dokcer (on gb10-01)"]
+msg:
+  description: What it found, in one line; the failure's reason when it failed.
+  returned: always
+  type: str
+'''

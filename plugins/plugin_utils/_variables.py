@@ -1,0 +1,243 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The variables modelops.vllm knows, and what is wrong with the ones an inventory sets.
+
+One source of truth, two parts:
+
+* the options of the roles, read from their ``meta/argument_specs.yml`` (what ``ansible-doc -t role``
+  shows);
+* ``CONVENTIONS`` below: the inventory conventions of docs/fleet.md, the settings of the shipped
+  playbooks (their headers), the variables of the Prometheus template and of the rulebook, and the
+  facts the collection sets.
+
+tests/unit/plugins/plugin_utils/test_variables.py checks that every ``vllm_*`` variable the
+collection's YAML reads is one of them, and that docs/fleet.md's table lists the conventions.
+Controller side only (the action ``modelops.vllm.validate_variables``); pure functions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+
+import yaml
+
+ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'roles')
+
+# A variable that looks meant for this collection: vllm_..., and the usual slips of the prefix itself
+# (vlm_url, vlllm_url, VLLM_URL).
+LOOKS_OURS = re.compile(r'^v+l+m+_', re.IGNORECASE)
+
+# name: (argument spec of the value, group). The groups: inventory (the conventions of docs/fleet.md), check
+# (playbooks/fleet_check.yml and check.yml, their header), watchdog (playbooks/watchdog.yml's play settings),
+# prometheus (the variables of extensions/prometheus/vllm.rules.yml.j2), eda (the rulebook's), fact (set by the
+# collection: a fact cache keeps them between runs; never a typo, never validated). A value is validated by its
+# spec, as the roles' options are by theirs.
+CONVENTIONS = {
+    # The inventory conventions (docs/fleet.md), read by the check playbooks and, as defaults, by the roles.
+    'vllm_url': ({'type': 'str'}, 'inventory'),
+    'vllm_kind': ({'type': 'str', 'choices': ['backend', 'proxy']}, 'inventory'),
+    'vllm_api_key': ({'type': 'str', 'no_log': True}, 'inventory'),
+    'vllm_model': ({'type': 'str'}, 'inventory'),
+    'vllm_instances': ({'type': 'list', 'elements': 'dict'}, 'inventory'),
+    'vllm_validate_certs': ({'type': 'bool'}, 'inventory'),
+    'vllm_ca_path': ({'type': 'str'}, 'inventory'),
+    'vllm_strict_variables': ({'type': 'bool'}, 'inventory'),
+    'vllm_own_variables': ({'type': 'list', 'elements': 'str'}, 'inventory'),
+    # playbooks/fleet_check.yml and check.yml (their header, docs/fleet.md).
+    'vllm_check_hosts': ({'type': 'str'}, 'check'),
+    'vllm_check_from': ({'type': 'str', 'choices': ['controller', 'host']}, 'check'),
+    'vllm_check_interval': ({'type': 'float'}, 'check'),
+    'vllm_check_probe_timeout': ({'type': 'float'}, 'check'),
+    'vllm_check_metrics_timeout': ({'type': 'float'}, 'check'),
+    'vllm_check_workers': ({'type': 'int'}, 'check'),
+    'vllm_check_background_dir': ({'type': 'str'}, 'check'),
+    'vllm_check_fail_states': ({'type': 'list', 'elements': 'str'}, 'check'),
+    # playbooks/watchdog.yml's play settings (its header).
+    'vllm_watchdog_hosts': ({'type': 'str'}, 'watchdog'),
+    'vllm_watchdog_become': ({'type': 'bool'}, 'watchdog'),
+    'vllm_watchdog_one_host': ({'type': 'bool'}, 'watchdog'),
+    # extensions/prometheus/vllm.rules.yml.j2 (docs/prometheus.md).
+    'vllm_prometheus_stuck_seconds': ({'type': 'int'}, 'prometheus'),
+    'vllm_prometheus_check_seconds': ({'type': 'int'}, 'prometheus'),
+    'vllm_prometheus_progress_window_seconds': ({'type': 'int'}, 'prometheus'),
+    'vllm_prometheus_stall_seconds': ({'type': 'int'}, 'prometheus'),
+    'vllm_prometheus_stall_recent_seconds': ({'type': 'int'}, 'prometheus'),
+    'vllm_prometheus_restart_window_seconds': ({'type': 'int'}, 'prometheus'),
+    'vllm_prometheus_down_seconds': ({'type': 'int'}, 'prometheus'),
+    'vllm_prometheus_target_matcher': ({'type': 'str'}, 'prometheus'),
+    'vllm_prometheus_target_labels': ({'type': 'list', 'elements': 'str'}, 'prometheus'),
+    'vllm_prometheus_watchdog_stale_seconds': ({'type': 'int'}, 'prometheus'),
+    # extensions/eda/rulebooks/vllm_stuck.yml (docs/prometheus.md).
+    'vllm_eda_host': ({'type': 'str'}, 'eda'),
+    'vllm_eda_port': ({'type': 'int'}, 'eda'),
+    'vllm_eda_token': ({'type': 'str', 'no_log': True}, 'eda'),
+    'vllm_eda_inventory': ({'type': 'str'}, 'eda'),
+    'vllm_health': (None, 'fact'),  # modelops.vllm.health
+    'vllm_health_servers': (None, 'fact'),
+    'vllm_check': (None, 'fact'),  # playbooks/fleet_check.yml
+    'vllm_checks': (None, 'fact'),
+    'vllm_watchdog_results': (None, 'fact'),  # modelops.vllm.watchdog_gate
+}
+
+NOT_SET = object()
+
+# Values never validated here, so never shown in a message.
+SECRET = re.compile(r'(api_key|token|password|secret)', re.IGNORECASE)
+
+# The roles whose options are known; each entry point's options (the rollout's preflight shares main's).
+ROLES = ('watchdog', 'rollout')
+
+_SPECS = {}
+
+
+def role_options(role, roles_dir=ROLES_DIR):
+    """{name: spec} of a role's options (every entry point), from its meta/argument_specs.yml (read once)."""
+    key = (roles_dir, role)
+    if key not in _SPECS:
+        path = os.path.join(roles_dir, role, 'meta', 'argument_specs.yml')
+        with open(path) as handle:
+            data = yaml.safe_load(handle) or {}
+        options = {}
+        for entry in (data.get('argument_specs') or {}).values():
+            options.update((entry or {}).get('options') or {})
+        _SPECS[key] = options
+    return _SPECS[key]
+
+
+def known_specs(roles_dir=ROLES_DIR):
+    """{name: spec or None} of every variable the collection knows."""
+    out = dict((name, spec) for name, (spec, group) in CONVENTIONS.items())
+    for role in ROLES:
+        out.update(role_options(role, roles_dir))
+    return out
+
+
+GROUPS = ('inventory', 'check', 'watchdog', 'rollout')
+
+
+def specs_of(groups, roles_dir=ROLES_DIR):
+    """{name: validation spec} of the variables of ``groups`` (a role's name is its options, and for the
+    watchdog its playbook's settings too): the values a run of those parts reads."""
+    out = {}
+    for name, (spec, group) in CONVENTIONS.items():
+        if spec and group in groups:
+            out[name] = dict(spec)
+    for role in ROLES:
+        if role in groups:
+            out.update((name, validation_spec(spec)) for name, spec in role_options(role, roles_dir).items())
+    return out
+
+
+def looks_ours(name):
+    return bool(LOOKS_OURS.match(name))
+
+
+def closest(name, known):
+    """The known name closest to ``name``, or None when none is close."""
+    lowered = name.lower()
+    found = difflib.get_close_matches(lowered, sorted(known), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def unknown_names(names_by_host, known, own=()):
+    """[{name, hosts, suggestion}] for the names that look like this collection's and are not known
+    (nor in ``own``), in the order of the hosts; ``names_by_host`` is [(host, iterable of names)]."""
+    seen = {}
+    for host, names in names_by_host:
+        for name in names:
+            if not isinstance(name, str) or not looks_ours(name) or name in known or name in own:
+                continue
+            entry = seen.setdefault(name, {'name': name, 'hosts': [], 'suggestion': closest(name, known)})
+            if host not in entry['hosts']:
+                entry['hosts'].append(host)
+    return sorted(seen.values(), key=lambda e: e['name'])
+
+
+def hosts_text(hosts, limit=5):
+    """'gb10-01', 'gb10-01, gb10-02', or 'gb10-01, ... and 95 more (100 hosts)'."""
+    if len(hosts) <= limit:
+        return ', '.join(hosts)
+    return '%s and %d more (%d hosts)' % (', '.join(hosts[:limit]), len(hosts) - limit, len(hosts))
+
+
+def unknown_message(entry):
+    """One line: the name, where it is set, and the closest known name."""
+    hint = ('did you mean %s?' % entry['suggestion']) if entry['suggestion'] else 'no variable of it is close.'
+    return ('%s (set on %s) is not a variable of modelops.vllm, so nothing reads it: %s'
+            % (entry['name'], hosts_text(entry['hosts']), hint))
+
+
+def native(value):
+    """The value as plain Python types (what the templating returns may be tagged subclasses)."""
+    if isinstance(value, dict):
+        return dict((native(k), native(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [native(v) for v in value]
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def shown(value, limit=80):
+    """A value as it reads in a message: JSON, cut at ``limit`` characters."""
+    try:
+        text = json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+def problem(name, spec, value, errors):
+    """One line for a value that failed its spec: the variable, what is allowed, the value."""
+    for error in errors:
+        if 'must be one of' in str(error):  # Ansible's own line names all three already
+            return ' '.join(str(error).split())
+    want = spec.get('type', 'str')
+    if spec.get('elements'):
+        want += ' of %s' % spec['elements']
+    if spec.get('options'):  # never the value: an item may hold an api_key
+        return 'value of %s must be a %s with the keys %s (see ansible-doc -t role)' % (
+            name, want, ', '.join(sorted(spec['options'])))
+    if spec.get('choices'):
+        want += ' (one of: %s)' % ', '.join(str(c) for c in spec['choices'])
+    return 'value of %s must be a %s, got: %s' % (name, want, shown(value))
+
+
+def value_problems(values_by_host, specs, validate, name_hosts=True):
+    """[message] for the values that do not match their spec, one per distinct problem, naming the hosts.
+
+    ``values_by_host`` is [(host, {name: value})]; ``validate(spec, values)`` returns the error messages of an
+    Ansible argument spec validation. Values of no_log options are never validated (never shown)."""
+    found = {}
+    for host, values in values_by_host:
+        for name in sorted(values):
+            spec = specs.get(name)
+            if not spec or spec.get('no_log') or SECRET.search(name):
+                continue
+            value = native(values[name])
+            errors = validate({name: spec}, {name: value})
+            if errors:
+                hosts = found.setdefault(problem(name, spec, value, errors), [])
+                if host not in hosts:
+                    hosts.append(host)
+    return [('%s (on %s)' % (line, hosts_text(hosts))) if name_hosts else line for line, hosts in found.items()]
+
+
+def validation_spec(spec):
+    """The part of a role option's spec that ArgumentSpecValidator takes (no description, no default:
+    only the values that are set are validated)."""
+    keep = ('type', 'choices', 'elements', 'no_log')
+    out = dict((key, spec[key]) for key in keep if key in spec)
+    if spec.get('options') and spec.get('type') in ('dict', 'list'):
+        out['options'] = dict((name, validation_spec(sub)) for name, sub in spec['options'].items())
+    return out

@@ -1,0 +1,88 @@
+"""The ansible-core range the collection claims is the range it is tested on.
+
+meta/runtime.yml (requires_ansible), the README and the execution environment's pin agree with the versions the
+tiers install: requirements/test.txt (.venv, every tier) and requirements/versions/*.txt (scripts/versions-tier.sh),
+and the version tier runs each of those, the newest also with INJECT_FACTS_AS_VARS=False.
+"""
+
+import glob
+import os
+import re
+
+import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from tests.support.paths import REPO
+
+
+def read(*parts):
+    with open(os.path.join(REPO, *parts)) as handle:
+        return handle.read()
+
+
+def pinned_core(text):
+    match = re.search(r'^ansible-core==(\S+)$', text, re.M)
+    assert match, text
+    return Version(match.group(1))
+
+
+def tier_runs():
+    """(run, python, venv, inject, steps) of each line of the RUNS table of scripts/versions-tier.sh."""
+    script = read('scripts', 'versions-tier.sh')
+    table = re.search(r'^RUNS=\(\n(.*?)^\)', script, re.M | re.S).group(1)
+    runs = [tuple(line.strip().strip('"').split(None, 4)) for line in table.splitlines() if line.strip()]
+    assert runs and all(len(run) == 5 for run in runs), table
+    return runs
+
+
+VENVS = {os.path.basename(path)[:-len('.txt')]: pinned_core(read('requirements', 'versions', os.path.basename(path)))
+         for path in glob.glob(os.path.join(REPO, 'requirements', 'versions', '*.txt'))}
+MAIN = pinned_core(read('requirements', 'test.txt'))
+TESTED = sorted(set(VENVS.values()) | {MAIN})
+REQUIRES = SpecifierSet(yaml.safe_load(read('meta', 'runtime.yml'))['requires_ansible'])
+
+
+def test_the_version_tier_installs_the_ends_of_the_range_and_every_tier_the_middle():
+    assert len(TESTED) >= 3, TESTED
+    assert TESTED[0] < MAIN < TESTED[-1], (TESTED, MAIN)
+    for venv, version in VENVS.items():
+        assert re.search(r'^ansible-core==%s$' % re.escape(str(version)), read('requirements', 'versions', venv + '.lock'),
+                         re.M), venv
+
+
+def test_requires_ansible_is_the_tested_range_no_wider_and_no_narrower():
+    low, high = TESTED[0], TESTED[-1]
+    for version in TESTED:
+        assert version in REQUIRES, (version, REQUIRES)
+    assert Version('%d.%d.0' % (low.major, low.minor)) in REQUIRES
+    assert Version('%d.%d.99' % (low.major, low.minor - 1)) not in REQUIRES
+    assert Version('%d.%d.99' % (high.major, high.minor)) in REQUIRES
+    assert Version('%d.%d.0' % (high.major, high.minor + 1)) not in REQUIRES
+
+
+def test_the_readme_states_the_tested_range():
+    low, high = TESTED[0], TESTED[-1]
+    readme = read('README.md')
+    claims = re.findall(r'ansible-core (\d+\.\d+) (?:to|or) (\d+\.\d+|newer)', readme)
+    assert claims, 'the README states no ansible-core range'
+    assert set(claims) == {('%d.%d' % (low.major, low.minor), '%d.%d' % (high.major, high.minor))}, claims
+
+
+def test_the_execution_environment_pins_a_version_of_the_range():
+    ee = yaml.safe_load(read('execution-environment', 'execution-environment.yml'))
+    package = ee['dependencies']['ansible_core']['package_pip']
+    assert package.startswith('ansible-core=='), package
+    assert Version(package.split('==', 1)[1]) in REQUIRES
+
+
+def test_the_version_tier_runs_every_venv_and_the_newest_without_injected_facts():
+    runs = tier_runs()
+    assert {run[2] for run in runs} == set(VENVS)
+    newest = max(VENVS, key=VENVS.get)
+    by_venv = {}
+    for dummy_run, dummy_python, venv, inject, steps in runs:
+        by_venv.setdefault(venv, []).append((inject, steps.split()))
+    for venv, configs in by_venv.items():
+        assert ('default', ['sanity', 'unit', 'molecule']) in configs, (venv, configs)
+    assert ('False', ['molecule']) in by_venv[newest], by_venv[newest]
