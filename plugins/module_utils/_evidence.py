@@ -174,8 +174,8 @@ def summary(evidence):
     words = []
     stacks = evidence.get('stacks') or {}
     dumped = [p for p in stacks.get('processes') or [] if p.get('dump')]
-    words.append('py-spy %d stack(s)' % len(dumped) if dumped else 'no stacks (%s)' % _short(stacks.get('error')
-                                                                                           or 'py-spy failed'))
+    words.append('py-spy %d stack(s)' % len(dumped) if dumped
+                 else 'no stacks (%s)' % _short(stacks.get('error') or 'py-spy failed'))
     meminfo = evidence.get('meminfo') or {}
     words.append('MemAvailable %s' % meminfo['available'] if 'available' in meminfo else 'no meminfo')
     kernel = evidence.get('kernel') or {}

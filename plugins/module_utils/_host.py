@@ -316,7 +316,7 @@ def looks_like_python(pid, proc='/proc'):
     """Whether py-spy may find an interpreter in the process (a python executable, or vLLM's retitled ones)."""
     exe = exe_name(pid, proc).lower()
     line = cmdline(pid, proc, 400).lower()
-    return exe.startswith(('python', 'pypy')) or 'python' in line.split(' ')[0] or line.startswith('vllm')
+    return exe.startswith(('python', 'pypy')) or 'python' in line.split(' ', maxsplit=1)[0] or line.startswith('vllm')
 
 
 def socket_inodes(pid, proc='/proc', limit=MAX_FDS):

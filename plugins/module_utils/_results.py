@@ -100,8 +100,8 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
                 values.update(action='would reboot (check mode)')
             elif outcome.get('reboot_error'):
                 values.update(action='reboot failed', failed=True, unreachable=bool(outcome.get('unreachable')),
-                              decision='%s; the reboot failed: %s' % (values['decision'],
-                                                                     str(outcome['reboot_error'])[:400]))
+                              decision='%s; the reboot failed: %s'
+                              % (values['decision'], str(outcome['reboot_error'])[:400]))
             else:
                 values.update(action='rebooted', rebooted=True, after=outcome.get('after'),
                               after_reason=outcome.get('after_reason'))

@@ -213,6 +213,11 @@ memory:
   sample: {"released": true, "available_kb": 115343360, "threshold_kb": 103809024, "seconds": 12.1, "polls": 4,
            "threshold": "90% of the 110.0 GiB available before the last start that came up healthy", "why": null,
            "baseline_written": true}
+  contains:
+    released:
+      description: Whether C(MemAvailable) came back above the threshold in time; V(false) - vLLM was not started.
+      returned: always
+      type: bool
 '''
 
 import json
@@ -325,6 +330,7 @@ def main():
     if p['environment']:
         env = dict(os.environ)
         env.update((str(k), str(v)) for k, v in p['environment'].items())
+
     def run(argv):
         return run_argv(argv, timeout=p['command_timeout'], env=env)
 

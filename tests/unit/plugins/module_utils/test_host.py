@@ -201,9 +201,9 @@ def test_a_missing_tool_is_named_and_nothing_else_is_lost(tmp_path):
     meminfo = tmp_path / 'meminfo'
     meminfo.write_text(MEMINFO)
     run, calls = fake_run(lambda argv: (0, '', ''))
-    out = _evidence.collect(run, [os.getpid()], {'py_spy': '/nonexistent/py-spy', 'meminfo': str(meminfo),
-                                                'kernel_log': '/nonexistent/kmsg', 'nvidia_smi': 'no-such-nvidia-smi',
-                                                'evidence_timeout': 10})
+    out = _evidence.collect(run, [os.getpid()], {
+        'py_spy': '/nonexistent/py-spy', 'meminfo': str(meminfo), 'kernel_log': '/nonexistent/kmsg',
+        'nvidia_smi': 'no-such-nvidia-smi', 'evidence_timeout': 10})
     assert 'is not installed' in out['stacks']['error'] and 'pip install py-spy' in out['stacks']['error']
     assert out['meminfo']['kb']['MemAvailable'] == 20123456 and out['meminfo']['available'] == '19.2 GiB'
     assert 'cannot be read' in out['kernel']['error']
