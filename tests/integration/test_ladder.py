@@ -16,7 +16,8 @@ the stand-ins' MainPID: the simulator process itself, which holds every simulate
 * a hang that comes back right after a restart: one reboot (when on), then a human; with the reboot off (the
   default), straight to a human;
 * a host that does not come back from the reboot: the unreachable command, then a human;
-* every step in the history, the summary (and ``set_stats``) and the textfile metrics.
+* every step in the history, the summary (and ``set_stats``) and the textfile metrics;
+* docs/gb10.md's inventory for one DGX Spark, as written: memory pinned after the stop, the host rebooted.
 
 Nothing here can reboot this machine: the host's connection is ``standin_local`` (Ansible's ``local`` under
 another name, which refuses every command that could reboot, power off or halt; ``ansible.builtin.reboot`` refuses
@@ -403,3 +404,40 @@ def test_a_host_that_does_not_come_back_gets_the_unreachable_command_then_a_huma
     power = [argv for argv in site.standins.calls() if argv[0] == 'host-reboot']
     assert power == [['host-reboot'], ['host-reboot', '--power-cycle', 'gb10-gone']], power
     assert 'unreachable hosts: gb10-gone' in stats(run)[-1]
+
+
+# --------------------------------------------------------------------------- docs/gb10.md's inventory, as written
+
+def test_the_gb10_example_inventory_reboots_a_spark_whose_memory_stays_pinned(site, sim, tmp_path):
+    """docs/gb10.md's inventory for one DGX Spark (``<!-- example: gb10-inventory -->``), verbatim but for what
+    points it at this machine's stand-ins: the connection, the URL, the paths, the reboot's and the power command's
+    stand-in. Its memory threshold (100000 MiB) holds a stuck server's start when the memory stays pinned after
+    ``docker stop``, and its ``vllm_watchdog_reboot: true`` reboots the (stand-in) host instead; no name it uses is
+    unknown to the collection."""
+    from tests.integration.test_docs_examples import examples  # pylint: disable=import-outside-toplevel
+    inventory = yaml.safe_load(examples('gb10.md')['gb10-inventory'])
+    group = inventory['all']['children']['vllm']
+    (host, hostvars), = group['hosts'].items()
+    assert group['vars']['vllm_watchdog_reboot'] is True and group['vars']['vllm_watchdog_memory_threshold'] == 100000
+    stuck = servers.create(sim, 'stuck', max_num_seqs=4, step_rate=50)
+    site.host(host, stuck)
+    mine = site.hostvars[host]
+    del mine['vllm_watchdog_service']  # the example's: vllm
+    site.services = {'vllm': site.services.pop('vllm-' + host)}
+    hostvars.update(mine)
+    site.hostvars[host] = hostvars
+    site.write(memory={'stopped_kb': 9 * GiB})  # pinned after the stop: below the example's 100000 MiB
+    settings = dict(group['vars'], vllm_watchdog_reboot_command=HOST_REBOOT, vllm_watchdog_reboot_timeout=60,
+                    vllm_watchdog_boot_time_command='cat %s' % site.boot_id,
+                    vllm_watchdog_unreachable_command=[HOST_REBOOT, '--power-cycle', '{{ bmc_host }}'],
+                    vllm_watchdog_controller_state_dir=str(tmp_path / 'controller'))
+    del settings['vllm_watchdog_textfile']  # the host's own, in tmp_path
+    run = site.run(settings)
+    assert run.rc == 0, run
+    assert 'is not a variable of modelops.vllm' not in run.stdout + run.stderr, run
+    result = site.result(run, host)
+    assert result['action'] == 'rebooted' and result['after'] == 'idle', result
+    assert 'MemAvailable is 9.0 GiB, below the 97.7 GiB' in result['decision'], result
+    acted = [argv[:2] for argv in site.standins.calls()
+             if argv[0] == 'host-reboot' or argv[1:2] in (['stop'], ['start'], ['restart'])]
+    assert acted == [['docker', 'stop'], ['host-reboot']], site.standins.calls()
