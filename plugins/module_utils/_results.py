@@ -78,8 +78,10 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
                   'evidence': decision.get('evidence'), 'textfile_error': textfile_error}
         if action == 'restart' and outcome.get('escalated') and not check_mode:
             # The restart stopped vLLM and its memory did not come back: not started; the gate took the next step.
-            values['decision'] = '%s; %s; then: %s' % (values['decision'], str(outcome.get('error'))[:400],
-                                                       str(outcome.get('escalation') or '')[:400])
+            error, escalation = str(outcome.get('error'))[:400], str(outcome.get('escalation') or '')[:800]
+            # The gate's reason for the next step names what failed already: say it once.
+            values['decision'] = ('%s; then: %s' % (values['decision'], escalation) if error.strip() in escalation
+                                  else '%s; %s; then: %s' % (values['decision'], error, escalation))
             if outcome['escalated'] == 'reboot':
                 action = 'reboot'
             else:
