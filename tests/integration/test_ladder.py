@@ -330,6 +330,27 @@ def test_an_xid_since_vllm_was_healthy_is_no_reason_to_restart_vllm_but_one_of_i
     assert site.actions('gb10-startup') == [['systemctl', 'stop'], ['systemctl', 'start']]
 
 
+def test_a_vllm_that_does_not_serve_its_model_after_the_reboot_is_a_failed_reboot_and_stays_red(site, sim):
+    """The reboot's wait until ready is the proof the reboot worked: a server that does not list the model it must
+    serve (here: another model) is no success, and the host stays failed on the next run, with no second reboot."""
+    stuck = servers.create(sim, 'stuck', max_num_seqs=4, step_rate=50)
+    site.host('gb10-wrongmodel', stuck, {'vllm_model': 'not-the-served-model'})
+    site.write(memory={'stopped_kb': 9 * GiB})
+    ladder = {'vllm_watchdog_memory_threshold': 100 * 1024, 'vllm_watchdog_reboot': True,
+              'vllm_watchdog_reboot_command': HOST_REBOOT, 'vllm_watchdog_reboot_timeout': 60,
+              'vllm_watchdog_boot_time_command': 'cat %s' % site.boot_id, 'vllm_watchdog_ready_timeout': 8}
+    run = site.run(ladder)
+    assert run.rc == 2, run
+    result = site.result(run, 'gb10-wrongmodel')
+    assert result['action'] == 'reboot failed' and result['failed'] and not result['rebooted'], result
+    assert 'not ready after the host reboot' in result['decision'] and 'not-the-served-model' in result['decision']
+    state_dir = site.hostvars['gb10-wrongmodel']['vllm_watchdog_state_dir']
+    assert os.path.exists(os.path.join(state_dir, 'vllm.restart-failed'))
+    again = site.run(ladder)
+    assert again.rc == 2 and site.result(again, 'gb10-wrongmodel')['action'] == 'fail', again
+    assert [argv for argv in site.standins.calls() if argv[0] == 'host-reboot'] == [['host-reboot']]
+
+
 def test_a_hang_that_comes_back_right_after_a_restart_gets_one_reboot_then_a_human(site, sim):
     hung = servers.create(sim, 'stuck', max_num_seqs=4, step_rate=50, hang_after_restart=True)
     site.host('gb10-rehang', hung, {'vllm_watchdog_startup_grace': 3})
@@ -419,7 +440,7 @@ def test_the_gb10_example_inventory_reboots_a_spark_whose_memory_stays_pinned(si
     group = inventory['all']['children']['vllm']
     (host, hostvars), = group['hosts'].items()
     assert group['vars']['vllm_watchdog_reboot'] is True and group['vars']['vllm_watchdog_memory_threshold'] == 100000
-    stuck = servers.create(sim, 'stuck', max_num_seqs=4, step_rate=50)
+    stuck = servers.create(sim, 'stuck', max_num_seqs=4, step_rate=50, model=hostvars['vllm_model'])
     site.host(host, stuck)
     mine = site.hostvars[host]
     del mine['vllm_watchdog_service']  # the example's: vllm
