@@ -324,7 +324,8 @@ def test_a_misspelt_vllm_url_over_ssh_restarts_nothing_and_the_look_alikes_are_r
     process still listens on the URL's address and port, and one whose port closed after it was seen serving there."""
     from tests.support.standins import Standins, standins_path  # pylint: disable=import-outside-toplevel
     assert bindable(8000), "something listens on 127.0.0.1:8000 (the role's default URL): this test needs it free"
-    fleet = ssh_fleet(3, WATCHDOG_SSH_PORT, first_address=WATCHDOG_FIRST_ADDRESS)
+    # Up for two hours (vLLM's own process_start_time_seconds), as the service manager says: past the start-up grace.
+    fleet = ssh_fleet(3, WATCHDOG_SSH_PORT, first_address=WATCHDOG_FIRST_ADDRESS, server_options={"process_age": 7200})
     typo, dead, seen = fleet.hosts
     fleet.set_states({typo: "busy", dead: "busy", seen: "busy"})
     fleet.sim.set_state(fleet.server_id(dead), "dead")  # /health 503, the port still open
