@@ -52,7 +52,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 
 # The api_key goes to the gate (a no_log option) so that it masks the key wherever it appears in what it keeps.
-KEYS = ('name', 'kind', 'restart_method', 'service', 'compose_project_dir', 'status_command', 'logs_command', 'api_key')
+KEYS = ('name', 'kind', 'restart_method', 'service', 'compose_project_dir', 'status_command', 'logs_command', 'api_key',
+        'url_is_default')
 
 
 def watchdog_gate_instances(instances, host=None, servers=None, missing=None):
@@ -63,7 +64,9 @@ def watchdog_gate_instances(instances, host=None, servers=None, missing=None):
         by_name = dict((s.get('name'), s) for s in servers if isinstance(s, dict))
     out = []
     for instance in instances:
-        item = dict((key, instance[key]) for key in KEYS if instance.get(key) not in (None, '', []))
+        item = dict((key, instance[key]) for key in KEYS if instance.get(key) not in (None, '', [], False))
+        if 'url_is_default' in item:
+            item['url_is_default'] = str(item['url_is_default']).lower() in ('true', '1', 'yes')
         item['url'] = display_url(instance.get('url'))
         if servers is not None or missing:
             verdict = by_name.get('%s/%s' % (host, instance['name']))

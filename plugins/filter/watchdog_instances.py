@@ -33,7 +33,8 @@ options:
     description:
       - The role's check and guard-rail settings (C(interval), C(probe_timeout), C(metrics_timeout), C(startup_grace),
         C(cooldown), C(max_restarts), C(restart_window), C(unknown_limit), C(paused_limit), C(stall_window),
-        C(command_timeout), C(ready_timeout), C(ready_delay)). When
+        C(command_timeout), C(ready_timeout), C(ready_delay), C(reboot_cooldown), C(rehang_window), C(memory_threshold),
+        C(memory_fraction), C(memory_timeout), C(reboot_timeout), C(evidence_timeout)). When
         given, they and every instance are checked (the role's preflight), and an error names what is wrong.
     type: dict
 '''
@@ -56,6 +57,7 @@ import math
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _decide
+from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
@@ -63,6 +65,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHEC
 # setting: (smallest, largest, whether the smallest itself is allowed), as the modules that use them check them
 LIMITS = dict(CHECK_LIMITS, **READY_LIMITS)
 LIMITS.update(_decide.LIMITS)
+LIMITS.update(_host.MEMORY_LIMITS)
+LIMITS.update(reboot_timeout=(0, 86400, False), evidence_timeout=(0, 10 ** 9, True))
 LIMITS.update(stall_window=WINDOW_LIMITS)
 METHODS = ('systemd', 'docker', 'compose', 'command')
 
@@ -112,6 +116,8 @@ def watchdog_instances(instances, base, keys=None, settings=None):
             raise AnsibleFilterError('every instance must be a dict, got %s' % type(item).__name__)
         one = dict(base)
         one.update(item)
+        if 'url' in item:
+            one['url_is_default'] = False
         if keys:
             one = dict((k, one[k]) for k in keys if k in one)
         merged.append(one)

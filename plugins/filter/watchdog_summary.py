@@ -45,6 +45,10 @@ _value:
       description: C(host/instance) of every restarted instance.
       type: list
       elements: str
+    rebooted:
+      description: C(host/instance) of every instance whose host the watchdog rebooted (the ladder's second step).
+      type: list
+      elements: str
     failed:
       description: C(host/instance) of every instance that needs a human.
       type: list
@@ -80,6 +84,7 @@ def watchdog_summary(results):
         raise AnsibleFilterError('watchdog_summary expects a list of results, got %s' % type(results).__name__)
     counts = {}
     restarted = []
+    rebooted = []
     failed = []
     unreachable = []
     lines = []
@@ -92,6 +97,8 @@ def watchdog_summary(results):
         who = '%s/%s' % (item.get('host'), item.get('instance'))
         if _truthy(item.get('restarted')):
             restarted.append(who)
+        if _truthy(item.get('rebooted')):
+            rebooted.append(who)
         if _truthy(item.get('failed')):
             failed.append(who)
         if _truthy(item.get('unreachable')) and item.get('host') not in unreachable:
@@ -105,9 +112,12 @@ def watchdog_summary(results):
     headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s; unreachable hosts: %s' % (
         len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none',
         ', '.join(str(h) for h in unreachable) or 'none')
+    if rebooted:
+        headline += '; rebooted: %s' % ', '.join(rebooted)
     if textfile:
         headline += '; textfile not written: %s' % ', '.join(textfile)
-    return {'counts': counts, 'restarted': restarted, 'failed': failed, 'unreachable': unreachable, 'lines': lines,
+    return {'counts': counts, 'restarted': restarted, 'rebooted': rebooted, 'failed': failed, 'unreachable': unreachable,
+            'lines': lines,
             'textfile_errors': textfile_errors, 'headline': headline}
 
 

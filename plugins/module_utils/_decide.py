@@ -18,6 +18,17 @@ one that persists fails for a human; a pause switch; a server that vLLM itself s
 restarted, and one paused for longer than ``paused_limit`` fails for a human (a trainer that held the
 pause and died must not leave a server that never serves and never says so).
 
+A ``down`` server whose service runs needs proof that the URL is that service: its process listens on
+the URL's port, or it was seen serving at this URL before (``url_evidence``); without it, a human is
+asked and nothing is restarted (a misspelt ``vllm_url`` must never restart a busy server).
+
+The ladder, under the same budget: a vLLM restart; then, when the same hang comes back within
+``rehang_window`` of a restart, when the kernel's log shows an NVIDIA Xid or ``NV_ERR_NO_MEMORY`` since
+vLLM was last seen healthy (the GPU is not healthy: a restart would start vLLM into it), or when the
+memory was not released after vLLM stopped (``decide_escalation``), a host reboot (``reboot``, off by
+default); then a human. Every step is recorded in the history (``last_step``, the budget's ``restarts``,
+``reboots``) and has its own cooldown.
+
 It fails closed: settings that are not finite numbers in range are refused
 (``invalid_settings``); a history that cannot be read is a human's problem,
 never a fresh budget (``load_history``); start and restart times in the future
@@ -37,6 +48,7 @@ import re
 
 NONE = 'none'
 RESTART = 'restart'
+REBOOT = 'reboot'
 FAIL = 'fail'
 
 DEFAULTS = {
@@ -46,6 +58,9 @@ DEFAULTS = {
     'restart_window': 86400,
     'unknown_limit': 3,
     'paused_limit': 3600,
+    'reboot': False,
+    'reboot_cooldown': 21600,
+    'rehang_window': 3600,
 }
 
 # (setting, smallest, largest, whether the smallest itself is allowed)
@@ -56,10 +71,14 @@ LIMITS = {
     'restart_window': (0, 366 * 86400, False),
     'unknown_limit': (1, 100000, True),
     'paused_limit': (0, 366 * 86400, False),
+    'reboot_cooldown': (0, 366 * 86400, True),
+    'rehang_window': (0, 366 * 86400, True),
 }
 
 # Verdicts of a server that serves: they clear a failed restart.
 HEALTHY = ('idle', 'busy', 'restarted', 'sleeping', 'paused', 'up')
+# The kernel's lines that say the GPU is not healthy (the kinds of _host.KERNEL_PATTERNS).
+GPU_KINDS = ('xid', 'nv_err_no_memory')
 # Clock differences between the host and what it reports tolerated before a time counts as "in the future".
 SKEW = 60.0
 
@@ -67,6 +86,8 @@ SKEW = 60.0
 def invalid_settings(settings):
     """Messages for the settings that are not finite numbers in their range."""
     errors = []
+    if not isinstance(settings.get('reboot', False), bool):
+        errors.append('reboot must be true or false, got %r' % (settings.get('reboot'),))
     for key, (low, high, closed) in sorted(LIMITS.items()):
         value = settings.get(key, DEFAULTS[key])
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
@@ -191,7 +212,90 @@ def required_cooldown(restarts_in_window, base):
     return base * (2 ** min(restarts_in_window - 1, 30))
 
 
-def decide(state, service, history, now, settings, paused=False, process_start=None, failed_restart=None):
+def _times(values, now, window):
+    """The finite times of ``values`` inside the window, not in the future."""
+    if not isinstance(values, list):
+        return []
+    return sorted(float(t) for t in values if _finite(t) and now - t < window and t <= now + SKEW)
+
+
+def url_evidence(proof, history, url, now):
+    """Whether something shows that ``url`` is the service that runs: (True/False, words).
+
+    ``proof`` (gathered by the gate on the host): ``listens`` True (a process of the service listens on the URL's
+    address and port), False (it does not; ``listening_on`` the addresses it does listen on), None (cannot be
+    told: no main process, another network namespace); ``process`` names the process, ``endpoint`` the URL's
+    address and port, ``why`` why it cannot be told. ``history['served']``: where and when the instance was last
+    seen serving. A process that listens elsewhere outweighs an old sighting (the service moved: the URL is stale).
+    """
+    proof = proof if isinstance(proof, dict) else {}
+    who = proof.get('process') or 'its main process'
+    where = proof.get('endpoint') or 'the URL\'s port'
+    served = (history or {}).get('served')
+    seen = None
+    if isinstance(served, dict) and url and served.get('url') == url and _finite(served.get('at')) \
+            and served['at'] <= now + SKEW:
+        seen = served['at']
+    listens, elsewhere = proof.get('listens'), [str(e) for e in proof.get('listening_on') or []][:3]
+    if listens is True:
+        return True, '%s listens on %s' % (who, where)
+    if listens is False and elsewhere:
+        return False, '%s listens on %s, not on %s' % (who, ', '.join(elsewhere), where)
+    if seen is not None:
+        return True, 'it was seen serving at this URL %s' % _when(seen, now)
+    if listens is False:
+        return False, 'it was never seen serving at this URL, and %s listens on no TCP port' % who
+    return False, 'it was never seen serving at this URL, and %s' % (
+        proof.get('why') or 'no process of the service can be found to see what it listens on')
+
+
+def gpu_errors(kernel, since):
+    """The kernel's lines since ``since`` that say the GPU is not healthy (an NVIDIA Xid, NV_ERR_NO_MEMORY).
+
+    ``since`` is when vLLM was first seen healthy after its latest start (else its start plus the start-up
+    grace): NV_ERR_NO_MEMORY lines also appear while a healthy vLLM starts on a DGX Spark (vllm#56824), so
+    a line of the start-up is never a reason. Lines without a time are never counted.
+    """
+    if since is None or not isinstance(kernel, list):
+        return []
+    return [line for line in kernel if isinstance(line, dict) and line.get('kind') in GPU_KINDS
+            and _finite(line.get('time')) and line['time'] >= since]
+
+
+def healthy_since(history, started_at, grace):
+    """When the current process was first seen healthy, else its start plus the grace, else None."""
+    healthy = (history or {}).get('healthy')
+    at = healthy.get('at') if isinstance(healthy, dict) and _finite(healthy.get('at')) else None
+    if at is not None and (started_at is None or at >= started_at):
+        return at
+    if started_at is not None:
+        return started_at + grace
+    return None
+
+
+def _escalate(why, hist, recent, now, conf, state, result):
+    """The next step after a vLLM restart that cannot help: a host reboot (when on), else a human."""
+    window = float(conf['restart_window'])
+    if not conf.get('reboot'):
+        return result(FAIL, '%s; the next step, a host reboot, is off (vllm_watchdog_reboot): a human must look'
+                      % why)
+    if len(recent) >= int(conf['max_restarts']):
+        return result(FAIL, '%s; a host reboot would be next, but the restart budget is spent: %d step(s) in the '
+                            'last %s; a human must look' % (why, len(recent), _fmt(window)))
+    reboots = _times(hist.get('reboots'), now, window)
+    cooldown = float(conf['reboot_cooldown'])
+    if reboots and now - reboots[-1] < cooldown:
+        return result(FAIL, '%s; the host was rebooted %s, within the reboot cooldown of %s: a human must look'
+                      % (why, _when(reboots[-1], now), _fmt(cooldown)))
+    hist['restarts'] = recent + [now]
+    hist['reboots'] = reboots + [now]
+    hist['last_step'] = {'step': REBOOT, 'at': now, 'state': state}
+    return result(REBOOT, 'reboot the host: %s (step %d of at most %d in %s)'
+                  % (why, len(hist['restarts']), int(conf['max_restarts']), _fmt(window)))
+
+
+def decide(state, service, history, now, settings, paused=False, process_start=None, failed_restart=None, url=None,
+           url_proof=None, kernel=None):
     """Decide what the watchdog does about one server.
 
     state: the health verdict (``stuck``, ``down``, ...).
@@ -199,8 +303,12 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     history: as kept on the host (see empty_history; read it with load_history).
     process_start: vLLM's own process_start_time_seconds, when the check saw it.
     failed_restart: {'at': epoch, 'error': str} when the last restart attempt failed.
-    Returns a dict: action (none/restart/fail), reason, history (updated; a restart is recorded
-    in it when the action is restart), numbers, and ``notes`` (times that were ignored, ...).
+    url: the instance's URL (as shown); where it is seen serving is remembered (``history['served']``).
+    url_proof: what the host shows about the URL and the service's process (see ``url_evidence``), and
+    ``default_url``: the URL is only the role's fallback.
+    kernel: the kernel's lines that matter ({'time', 'kind', 'line'}), or None when not read.
+    Returns a dict: action (none/restart/reboot/fail), reason, history (updated; a restart or a reboot is recorded
+    in it), numbers, and ``notes`` (times that were ignored, ...).
     """
     conf = dict(DEFAULTS)
     conf.update(dict((k, v) for k, v in (settings or {}).items() if v is not None))
@@ -230,6 +338,19 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     uptime = now - started_at if started_at is not None else None
     last_restart = recent[-1] if recent else None
     cooldown = required_cooldown(len(recent), float(conf['cooldown']))
+    grace = float(conf['startup_grace'])
+    healthy_at = healthy_since(hist, started_at, grace)
+    if state in HEALTHY:
+        if url:
+            hist['served'] = {'url': url, 'at': now}
+        healthy = hist.get('healthy')
+        if not (isinstance(healthy, dict) and _finite(healthy.get('at'))
+                and (started_at is None or healthy['at'] >= started_at)):
+            hist['healthy'] = {'at': now, 'start': started_at}
+    proof = url_proof if isinstance(url_proof, dict) else {}
+    if state == 'down' and proof.get('default_url'):
+        notes.append('the URL %s is only the role\'s default fallback: no vllm_url, vllm_watchdog_url or instance '
+                     'url is set for this host' % (url or '?'))
     out = {
         'history': hist,
         'restarts_in_window': len(recent),
@@ -237,11 +358,15 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         'cooldown': cooldown,
         'uptime': uptime,
         'notes': notes,
+        'gpu_errors': [],
     }
 
     def result(action, reason):
         out['action'] = action
         out['reason'] = reason + (' (%s)' % '; '.join(notes) if notes else '')
+        out['restarts_in_window'] = len(hist['restarts'])
+        out['budget_left'] = max(0, int(conf['max_restarts']) - len(hist['restarts']))
+        out['cooldown'] = required_cooldown(len(hist['restarts']), float(conf['cooldown']))
         return out
 
     if failed_restart:
@@ -278,8 +403,8 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         return result(NONE, '%s: nothing to do' % state)
     if paused:
         return result(NONE, 'the watchdog is paused: it would consider a restart of a %s server' % state)
-    grace = float(conf['startup_grace'])
     which = ' and '.join(sorted(starts)) if starts else ''
+    proved = ''
     if state == 'down':
         running = service.get('running')
         if running is None:
@@ -292,12 +417,36 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         if running and uptime < grace:
             return result(NONE, 'down, but the service has been running for %s, within the start-up grace of %s: it is '
                                 'starting (loading weights), not restarted' % (_fmt(uptime), _fmt(grace)))
+        if running:
+            ok, words = url_evidence(proof, hist, url, now)
+            if not ok:
+                return result(FAIL, 'down, and the service has been running for %s, but nothing shows that %s is '
+                                    'this service: %s. The URL may be wrong: not restarted; a human must look'
+                              % (_fmt(uptime), url or 'the URL', words))
+            proved = '; %s' % words
     elif uptime is not None and uptime < grace:
         return result(NONE, 'stuck, but it started %s ago (by %s), within the start-up grace of %s: not restarted yet'
                       % (_fmt(uptime), which, _fmt(grace)))
     if last_restart is not None and now - last_restart < grace:
         return result(NONE, '%s, but it was restarted %s ago, within the start-up grace of %s'
                       % (state, _fmt(max(0.0, now - last_restart)), _fmt(grace)))
+    errors = gpu_errors(kernel, healthy_at)
+    if errors:
+        out['gpu_errors'] = errors[-5:]
+        return _escalate('%s, and the kernel log shows %d GPU error(s) since vLLM was last seen healthy (the last: '
+                         '%s): the GPU is not healthy, and a vLLM restart would start vLLM into it'
+                         % (state, len(errors), str(errors[-1].get('line'))[:200]), hist, recent, now, conf, state,
+                         result)
+    step = hist.get('last_step') if isinstance(hist.get('last_step'), dict) else {}
+    rehang = float(conf['rehang_window'])
+    if state == 'stuck' and rehang > 0 and step.get('state') == 'stuck' and _finite(step.get('at')) \
+            and 0 <= now - step['at'] < rehang and step.get('step') in (RESTART, REBOOT):
+        if step['step'] == REBOOT:
+            return result(FAIL, 'stuck again %s after a host reboot, within %s: neither a restart nor a reboot '
+                                'cleared this hang; a human must look' % (_fmt(now - step['at']), _fmt(rehang)))
+        return _escalate('stuck again %s after a vLLM restart, within %s (vllm_watchdog_rehang_window): the same '
+                         'hang came back, and another restart would not clear it'
+                         % (_fmt(now - step['at']), _fmt(rehang)), hist, recent, now, conf, state, result)
     if len(recent) >= int(conf['max_restarts']):
         return result(FAIL, '%s, but the restart budget is spent: %d restart(s) in the last %s; the watchdog stops '
                             'restarting and asks a human' % (state, len(recent), _fmt(window)))
@@ -306,13 +455,33 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
                             'every restart)' % (state, _fmt(now - last_restart), _fmt(cooldown)))
     why = 'stuck' if state == 'stuck' else 'down and the service is %s' % (
         'not running (%s)' % (service.get('status') or 'stopped') if not service.get('running')
-        else 'running for %s without answering, past the start-up grace' % _fmt(uptime))
+        else 'running for %s without answering, past the start-up grace%s' % (_fmt(uptime), proved))
     hist['restarts'] = recent + [now]
-    out['restarts_in_window'] = len(hist['restarts'])
-    out['budget_left'] = max(0, int(conf['max_restarts']) - len(hist['restarts']))
-    out['cooldown'] = required_cooldown(len(hist['restarts']), float(conf['cooldown']))
+    hist['last_step'] = {'step': RESTART, 'at': now, 'state': state}
     return result(RESTART, 'restart: %s (restart %d of at most %d in %s)'
                   % (why, len(hist['restarts']), int(conf['max_restarts']), _fmt(window)))
+
+
+def decide_escalation(history, now, settings, why):
+    """The step after a vLLM restart that was stopped half-way (its memory was not released after vLLM stopped,
+    so vLLM is not started into it): a host reboot when it is on and the guard rails allow, else a human.
+    Returns the same dict as ``decide``."""
+    conf = dict(DEFAULTS)
+    conf.update(dict((k, v) for k, v in (settings or {}).items() if v is not None))
+    hist = normalize_history(history)
+    window = float(conf['restart_window'])
+    recent = _times(hist['restarts'], now, window)
+    hist['restarts'] = recent
+    state = hist.get('last_state') if isinstance(hist.get('last_state'), str) else 'stuck'
+    out = {'history': hist, 'notes': [], 'uptime': None, 'gpu_errors': []}
+
+    def result(action, reason):
+        out.update(action=action, reason=reason, restarts_in_window=len(hist['restarts']),
+                   budget_left=max(0, int(conf['max_restarts']) - len(hist['restarts'])),
+                   cooldown=required_cooldown(len(hist['restarts']), float(conf['cooldown'])))
+        return out
+
+    return _escalate(why, hist, recent, now, conf, state, result)
 
 
 def _when(at, now):

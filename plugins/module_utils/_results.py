@@ -21,6 +21,10 @@ WORDS = {
     'restarted': 'restarted',
     'restart failed': 'restart FAILED',
     'would restart (check mode)': 'would restart (check mode)',
+    'restart stopped': 'restart STOPPED, NEEDS A HUMAN',
+    'rebooted': 'REBOOTED the host',
+    'reboot failed': 'reboot FAILED',
+    'would reboot (check mode)': 'would reboot the host (check mode)',
     'fail': 'NEEDS A HUMAN',
     'unreachable': 'host UNREACHABLE, not restarted',
 }
@@ -29,15 +33,17 @@ WORDS = {
 def _line(result):
     after = ' -> now %s' % result['after'] if result.get('after') else ''
     what = WORDS.get(result['action'], result['action'])
-    return '%s/%s: %s - watchdog: %s (%s)%s' % (result['host'], result['instance'], result['state'], what,
-                                                result['decision'], after)
+    evidence = ' [evidence %s: %s]' % (result['evidence_file'], result['evidence']) \
+        if result.get('evidence_file') and result.get('evidence') else ''
+    return '%s/%s: %s - watchdog: %s (%s)%s%s' % (result['host'], result['instance'], result['state'], what,
+                                                  result['decision'], after, evidence)
 
 
 def _one(host, instance, **values):
     result = {'host': host, 'instance': instance.get('name'), 'url': display_url(instance.get('url')),
               'state': 'unknown', 'reason': '', 'action': 'none', 'decision': '', 'restarted': False, 'after': None,
               'after_reason': None, 'failed': False, 'unreachable': False, 'evidence_file': None,
-              'textfile_error': None}
+              'textfile_error': None, 'rebooted': False, 'evidence': None}
     result.update(values)
     result['line'] = ' '.join(_line(result).split())
     return result
@@ -69,8 +75,20 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
         outcome = done.get(instance.get('name')) or {}
         values = {'state': decision.get('state') or 'unknown', 'reason': decision.get('reason') or '',
                   'decision': decision.get('decision') or '', 'evidence_file': decision.get('evidence_file'),
-                  'textfile_error': textfile_error}
-        if action == 'restart':
+                  'evidence': decision.get('evidence'), 'textfile_error': textfile_error}
+        if action == 'restart' and outcome.get('escalated') and not check_mode:
+            # The restart stopped vLLM and its memory did not come back: not started; the gate took the next step.
+            error, escalation = str(outcome.get('error'))[:400], str(outcome.get('escalation') or '')[:800]
+            # The gate's reason for the next step names what failed already: say it once.
+            values['decision'] = ('%s; then: %s' % (values['decision'], escalation) if error.strip() in escalation
+                                  else '%s; %s; then: %s' % (values['decision'], error, escalation))
+            if outcome['escalated'] == 'reboot':
+                action = 'reboot'
+            else:
+                values.update(action='restart stopped', failed=True)
+        if values.get('action'):
+            pass
+        elif action == 'restart':
             if check_mode:
                 values.update(action='would restart (check mode)')
             elif outcome.get('error'):
@@ -78,6 +96,16 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
                               decision='%s; the restart failed: %s' % (values['decision'], str(outcome['error'])[:400]))
             else:
                 values.update(action='restarted', restarted=True, after=outcome.get('after'),
+                              after_reason=outcome.get('after_reason'))
+        elif action == 'reboot':
+            if check_mode:
+                values.update(action='would reboot (check mode)')
+            elif outcome.get('reboot_error'):
+                values.update(action='reboot failed', failed=True, unreachable=bool(outcome.get('unreachable')),
+                              decision='%s; the reboot failed: %s'
+                              % (values['decision'], str(outcome['reboot_error'])[:400]))
+            else:
+                values.update(action='rebooted', rebooted=True, after=outcome.get('after'),
                               after_reason=outcome.get('after_reason'))
         else:
             values.update(action=action, failed=action == 'fail')

@@ -8,7 +8,13 @@ Private to this collection. The one table of commands per restart method, used b
 watchdog (status, logs, restart) and the rollout (restart, upgrade); and pure parsers
 that turn ``systemctl show`` and ``docker inspect`` output into
 ``{'running': True/False/None, 'started_at': ..., 'status': str}`` for the decision.
-``running`` is None when it cannot be known: then a ``down`` server is never restarted.
+``running`` is None when it cannot be known: then a ``down`` server is never restarted. ``main_pid``
+is the service's main process as the service manager names it (systemd's ``MainPID``, the container's
+``.State.Pid``), for the evidence of a hang and the proof that a URL is the service.
+
+``stop_start_commands`` is the restart as the watchdog performs it where it can: stop, then (after the
+restart module waited for the memory to come back) start. ``systemctl restart`` and ``docker restart``
+start the new process the moment the old one is gone, before the unified memory of a GB10 is back.
 
 ``run_commands`` runs a list of commands in order and stops at the first one that
 fails: a failed ``systemctl daemon-reload`` must not be followed by a restart on the
@@ -65,6 +71,20 @@ def restart_commands(method, service=None, compose_project_dir=None, command=Non
     raise ServiceError('unknown restart method %r (one of %s)' % (method, ', '.join(METHODS)))
 
 
+def stop_start_commands(method, service=None, compose_project_dir=None):
+    """(stop commands, start commands) of a method that has both (systemd, docker, compose), else None."""
+    if method == 'systemd':
+        unit = _need(service, 'a service (the unit)', method)
+        return [['systemctl', 'stop', unit]], [['systemctl', 'start', unit]]
+    if method == 'docker':
+        name = _need(service, 'a service (the container)', method)
+        return [['docker', 'stop', name]], [['docker', 'start', name]]
+    if method == 'compose':
+        name = _need(service, 'a service (the compose service)', method)
+        return [_compose(compose_project_dir, 'stop', name)], [_compose(compose_project_dir, 'start', name)]
+    return None
+
+
 def logs_command(method, service=None, compose_project_dir=None, command=None, lines=200):
     """The command whose output is the service's recent log, or None."""
     lines = str(int(lines))
@@ -95,7 +115,17 @@ def parse_systemd_show(rc, stdout, stderr=''):
         # Between two automatic restarts systemd still shows the start of the process that died.
         'started_at': None if sub == 'auto-restart' else (props.get('ExecMainStartTimestamp') or None),
         'status': '%s/%s' % (active, sub),
+        'main_pid': _pid(props.get('MainPID')),
     }
+
+
+def _pid(value):
+    """A process id as a service manager gives it (0 or garbage: none)."""
+    try:
+        pid = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return pid if 1 < pid < 2 ** 22 else None
 
 
 def parse_docker_state(rc, stdout, stderr=''):
@@ -114,6 +144,7 @@ def parse_docker_state(rc, stdout, stderr=''):
         'running': bool(state.get('Running')),
         'started_at': None if restarting else (state.get('StartedAt') or None),
         'status': str(state.get('Status') or '?')[:40],
+        'main_pid': _pid(state.get('Pid')) if state.get('Running') else None,
     }
 
 
@@ -121,7 +152,7 @@ def status_commands(method, service=None, compose_project_dir=None, command=None
     """The first command that asks the service manager (None: it cannot be asked)."""
     if method == 'systemd' and service:
         return ['systemctl', 'show', service, '--property=ActiveState', '--property=SubState',
-                '--property=ExecMainStartTimestamp', '--timestamp=unix']
+                '--property=ExecMainStartTimestamp', '--property=MainPID', '--timestamp=unix']
     if method == 'docker' and service:
         return _docker_inspect(service)
     if method == 'compose' and service and compose_project_dir:

@@ -22,6 +22,15 @@ description:
     C(systemctl restart <service>)). V(docker) C(docker restart <service>) (upgrade O(restart_command), which must
     recreate the container). V(compose) C(docker compose --project-directory <dir> restart <service>) (upgrade
     C(... up -d --force-recreate --no-deps <service>)). V(command) O(restart_command).
+  - With O(release_memory) (the watchdog's way), a restart of V(systemd), V(docker) or V(compose) is a stop, a wait
+    until the host's memory is back, then a start (C(systemctl stop), then C(systemctl start); C(docker stop), C(docker
+    start); C(docker compose ... stop), C(... start)). A plain restart starts the new process the moment the old one is
+    gone, while the unified memory of a GB10 may still be held (or pinned by the driver after a failed process). The
+    wait lasts until C(MemAvailable) in O(meminfo) is at least O(memory_threshold) (or O(memory_fraction) of what the host
+    had available just before the last start that came up healthy, kept in O(memory_baseline)), for up to
+    O(memory_timeout) seconds. Memory that does not come back means vLLM is not started (it stays stopped) and the task
+    fails with RV(memory.released=false), and the watchdog then takes its next step (a host reboot, or a human). The
+    V(command) method has a single command, so there is no wait between its stop and its start.
 author:
   - modelops.vllm maintainers (@modelops)
 extends_documentation_fragment:
@@ -116,6 +125,40 @@ options:
     description: As O(modelops.vllm.health#module:use_proxy).
     type: bool
     default: false
+  release_memory:
+    description:
+      - For O(action=restart) of V(systemd), V(docker) or V(compose), stop, wait until the memory is back, then start
+        (see the description). Ignored for V(command).
+    type: bool
+    default: false
+  meminfo:
+    description: The host's C(/proc/meminfo), whose C(MemAvailable) is waited for (a test points it at a file).
+    type: path
+    default: /proc/meminfo
+  memory_threshold:
+    description:
+      - MiB of C(MemAvailable) the host must have again after vLLM stopped before it is started. V(0) takes
+        O(memory_fraction) of the baseline in O(memory_baseline); without a baseline (no restart by this module came
+        up healthy yet) there is no threshold and no wait.
+    type: float
+    default: 0
+  memory_fraction:
+    description: The part of the baseline (greater than 0, at most 1) that must be available again.
+    type: float
+    default: 0.9
+  memory_timeout:
+    description: Seconds to wait for the memory to come back. Past them vLLM is not started and the task fails.
+    type: float
+    default: 300
+  memory_delay:
+    description: Seconds between two reads of O(meminfo) while waiting.
+    type: float
+    default: 5
+  memory_baseline:
+    description:
+      - A file (in the watchdog's state directory) with what the host had available just before the last start that
+        came up healthy (C({"available_kb", "at"})). Read for the threshold; rewritten after a start that came up ready.
+    type: path
 requirements:
   - requests (on the host that runs the module, to wait until ready)
 '''
@@ -160,14 +203,32 @@ ready:
   type: dict
   sample: {"ok": true, "seconds": 41.2, "health": "HTTP 200", "models": ["tiny"], "polls": 5, "why": null,
            "new_process": "process_start_time_seconds changed from 1796004614.2 to 1796008214.9"}
+memory:
+  description:
+    - With O(release_memory), the wait between the stop and the start. C(released) (false - vLLM was not started),
+      C(available_kb) (C(MemAvailable) at its end), C(threshold_kb) (null - no threshold), C(threshold) (where the
+      threshold comes from), C(seconds), C(polls), C(why), C(baseline_written) (the baseline kept for the next time).
+  returned: with O(release_memory), for a method that can stop and start
+  type: dict
+  sample: {"released": true, "available_kb": 115343360, "threshold_kb": 103809024, "seconds": 12.1, "polls": 4,
+           "threshold": "90% of the 110.0 GiB available before the last start that came up healthy", "why": null,
+           "baseline_written": true}
+  contains:
+    released:
+      description: Whether C(MemAvailable) came back above the threshold in time; V(false) - vLLM was not started.
+      returned: always
+      type: bool
 '''
 
+import json
 import math
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.modelops.vllm.plugins.module_utils import _host
+from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, Client
 from ansible_collections.modelops.vllm.plugins.module_utils._ready import (
     READY_LIMITS,
@@ -182,6 +243,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     restart_commands,
     run_argv,
     run_commands,
+    stop_start_commands,
 )
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS, CheckError
 
@@ -208,6 +270,13 @@ def main():
             validate_certs=dict(type='bool', default=True),
             ca_path=dict(type='path'),
             use_proxy=dict(type='bool', default=False),
+            release_memory=dict(type='bool', default=False),
+            meminfo=dict(type='path', default='/proc/meminfo'),
+            memory_threshold=dict(type='float', default=0),
+            memory_fraction=dict(type='float', default=0.9),
+            memory_timeout=dict(type='float', default=300),
+            memory_delay=dict(type='float', default=5),
+            memory_baseline=dict(type='path'),
         ),
         supports_check_mode=True,
     )
@@ -215,7 +284,7 @@ def main():
     secrets = secrets_of({'api_key': p['api_key'], 'url': p['url']})
     module.no_log_values.update(secrets)
     waits = p['wait_ready'] or p['action'] == 'wait_ready'
-    limits = list(READY_LIMITS.items()) + [
+    limits = list(READY_LIMITS.items()) + list(_host.MEMORY_LIMITS.items()) + [
         ('metrics_timeout', CHECK_LIMITS['metrics_timeout'])]
     for key, (low, high, closed) in limits:
         value = p[key]
@@ -226,12 +295,17 @@ def main():
         module.fail_json(msg='url is required to wait until the server is ready (or set wait_ready: false)')
 
     commands = []
+    split = None  # (stop commands, start commands): stop, wait for the memory, start
     if p['action'] != 'wait_ready':
         try:
             commands = restart_commands(p['method'], p['service'], p['compose_project_dir'], p['restart_command'],
                                         upgrade=p['action'] == 'upgrade')
+            if p['release_memory'] and p['action'] == 'restart':
+                split = stop_start_commands(p['method'], p['service'], p['compose_project_dir'])
         except ServiceError as exc:
             module.fail_json(msg=str(exc))
+    if split:
+        commands = split[0] + split[1]
     if module.check_mode:
         module.exit_json(changed=False, commands=[{'argv': argv, 'rc': None, 'stdout': '', 'stderr': ''}
                                                   for argv in commands], ready=None,
@@ -256,19 +330,74 @@ def main():
     if p['environment']:
         env = dict(os.environ)
         env.update((str(k), str(v)) for k, v in p['environment'].items())
-    records, failed = run_commands(lambda argv: run_argv(argv, timeout=p['command_timeout'], env=env), commands)
+
+    def run(argv):
+        return run_argv(argv, timeout=p['command_timeout'], env=env)
+
+    memory = None
+    if split:
+        records, failed = run_commands(run, split[0])
+        if not failed:
+            memory = wait_for_memory(p)
+            if not memory['released']:
+                module.fail_json(msg='the memory did not come back after vLLM stopped: %s. vLLM is NOT started (it '
+                                     'would start into memory the host does not have); it stays stopped'
+                                 % memory['why'], commands=redact(records, secrets), ready=None, changed=True,
+                                 memory=memory)
+            more, failed = run_commands(run, split[1])
+            records += more
+    else:
+        records, failed = run_commands(run, commands)
     records = redact(records, secrets)
     if failed:
         module.fail_json(msg=redact('the restart failed: %s; the commands after it were not run' % describe_failure(failed),
-                                    secrets), commands=records, ready=None, changed=True)
+                                    secrets), commands=records, ready=None, changed=True, memory=memory)
     ready = None
     if waits:
         ready = redact(wait_ready(client, p['ready_timeout'], p['ready_delay'], model=p['model'], sleep=time.sleep,
                                   clock=time.monotonic, before=before), secrets)
         if not ready['ok']:
             module.fail_json(msg='not ready within %g s of the restart: %s' % (p['ready_timeout'], ready['why']),
-                             commands=records, ready=ready, changed=bool(records))
-    module.exit_json(changed=bool(records), commands=records, ready=ready)
+                             commands=records, ready=ready, changed=bool(records), memory=memory)
+    if memory is not None:
+        memory['baseline_written'] = keep_baseline(p, memory, ready)
+    result = dict(changed=bool(records), commands=records, ready=ready)
+    if memory is not None:
+        result['memory'] = memory
+    module.exit_json(**result)
+
+
+def read_baseline(path):
+    """{'available_kb', 'at'} kept after the last start that came up healthy, or None."""
+    if not path:
+        return None
+    try:
+        data = json.loads(statedir.read_text(path, 4096) or 'null')
+    except (statedir.StateError, OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def wait_for_memory(p):
+    """Wait until MemAvailable is back (see _host.wait_memory); the result says against what."""
+    threshold_kb, source = _host.memory_threshold(p['memory_threshold'], p['memory_fraction'],
+                                                  read_baseline(p['memory_baseline']))
+    memory = _host.wait_memory(lambda: _host.mem_available_kb(p['meminfo']), threshold_kb, p['memory_timeout'],
+                               p['memory_delay'])
+    memory.update(threshold_kb=threshold_kb, threshold=source, baseline_written=False)
+    return memory
+
+
+def keep_baseline(p, memory, ready):
+    """After a start that came up ready: what the host had available just before it, for the next threshold."""
+    if not p['memory_baseline'] or memory.get('available_kb') is None or not (ready or {}).get('ok'):
+        return False
+    try:
+        statedir.write_text(p['memory_baseline'], json.dumps({'available_kb': memory['available_kb'],
+                                                              'at': round(time.time(), 3)}) + '\n')
+    except (statedir.StateError, OSError):
+        return False
+    return True
 
 
 if __name__ == '__main__':

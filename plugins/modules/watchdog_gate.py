@@ -28,6 +28,24 @@ description:
     RV(instances[].action=fail). V(unknown) never restarts; O(unknown_limit) of them in a row give
     RV(instances[].action=fail). V(paused) (vLLM's own pause API) never restarts; paused on every run for
     O(paused_limit) seconds gives RV(instances[].action=fail). A pause (O(paused), or a pause file) reports only.
+  - A V(down) server whose service runs (past the grace) is restarted only with proof that its URL is that service
+    (a misspelt C(vllm_url) must never restart a busy server). The service's main process (systemd's C(MainPID), the
+    container's C(.State.Pid)) or a process below it listens on the URL's address and port (read from
+    C(/proc/<pid>/net/tcp{,6}) and the sockets in C(/proc/<pid>/fd)), or the instance was seen serving at this URL
+    before (its history). Without it RV(instances[].action=fail) - the URL may be wrong, a human must look. A process
+    that listens on other ports only is no proof, even with an old sighting (the service moved).
+  - The ladder. When the same hang comes back within O(rehang_window) of a restart, or the kernel's log
+    (O(kernel_log)) shows an NVIDIA Xid or C(NV_ERR_NO_MEMORY) since vLLM was last seen healthy (after its start-up,
+    where C(NV_ERR_NO_MEMORY) also appears on healthy starts, vllm#56824), a vLLM restart cannot help, and the next step is
+    a host reboot (RV(instances[].action=reboot), with O(reboot), under the budget and O(reboot_cooldown)), else a
+    human. O(escalate) takes the same step for a restart whose memory did not come back. Every step counts against
+    O(max_restarts).
+  - The evidence of a hang, taken before a restart or a reboot (and before asking a human because of the GPU), bounded
+    by O(evidence_timeout) and redacted like everything it keeps. C(py-spy dump) of each Python process of the service
+    (O(py_spy); a process that cannot be paused, a stopped or wedged one, is read with C(--nonblocking)), the host's
+    C(/proc/meminfo) (O(meminfo)), the kernel's lines since vLLM started that name an Xid, C(NV_ERR_NO_MEMORY) or the
+    out-of-memory killer (O(kernel_log)), and C(nvidia-smi) (O(nvidia_smi)). Each piece is optional; a tool that is
+    missing, fails or hangs is named with why.
   - It fails closed. Settings that are not finite numbers in range fail the task. The state directory must not be
     writable by group or others. Files in it are never followed through symbolic links, must be regular files, and
     are read up to 1 MiB. A history that cannot be read gives RV(instances[].action=fail) (a human must look), never a
@@ -95,8 +113,17 @@ options:
         type: list
         elements: str
       url:
-        description: The instance's URL, as shown in the evidence (a password in it is masked).
+        description:
+          - The instance's URL, as shown in the evidence (a password in it is masked). Where it was seen serving is kept
+            in the history, and its address and port are what the service's process must listen on for a V(down)
+            restart.
         type: str
+      url_is_default:
+        description:
+          - The URL is only the role's fallback (no C(vllm_url), C(vllm_watchdog_url) or instance C(url) was given); a
+            V(down) verdict says so.
+        type: bool
+        default: false
       api_key:
         description:
           - The instance's API key (C(--api-key)), never used to send anything here and never logged. The gate masks
@@ -167,6 +194,25 @@ options:
         description: What failed.
         type: str
         required: true
+  escalate:
+    description:
+      - Take the step after a vLLM restart that was stopped half-way (the memory did not come back after vLLM stopped,
+        so it was not started), and decide nothing else. RV(action=reboot) when O(reboot) is on and the guard rails
+        allow; else RV(action=fail), recorded as a failed restart (the instance fails on every run until it serves).
+    type: dict
+    suboptions:
+      name:
+        description: The instance.
+        type: str
+        required: true
+      why:
+        description: What happened (kept in the history).
+        type: str
+        required: true
+  textfile_names:
+    description: With O(escalate), the instances of the host, whose last results O(textfile) is rewritten with.
+    type: list
+    elements: str
   startup_grace:
     description:
       - Seconds after a start (or a restart) during which the server is never restarted (weights load for minutes).
@@ -199,6 +245,49 @@ options:
         the pause and died.
     type: float
     default: 3600
+  reboot:
+    description:
+      - Whether the ladder may reboot the host (RV(instances[].action=reboot)) when a vLLM restart cannot help. Off, a
+        human is asked instead.
+    type: bool
+    default: false
+  reboot_cooldown:
+    description: Seconds after a reboot before another may be decided for the instance.
+    type: float
+    default: 21600
+  rehang_window:
+    description:
+      - Seconds after a restart (or a reboot) within which a V(stuck) verdict is the same hang come back. After a
+        restart the next step is a reboot (or a human); after a reboot, a human. V(0) turns it off (the hang is then
+        restarted again under the cooldown and the budget).
+    type: float
+    default: 3600
+  py_spy:
+    description:
+      - The C(py-spy) executable (a name on PATH, or a path) for the stack dumps in the evidence. Empty turns them off.
+    type: str
+    default: py-spy
+  meminfo:
+    description: The host's meminfo, kept in the evidence.
+    type: path
+    default: /proc/meminfo
+  kernel_log:
+    description:
+      - Where the kernel's log is read, for the evidence and the GPU rule. V(/dev/kmsg) (the kernel's own records, root
+        only), or a file with the kernel's lines as C(dmesg), C(dmesg --time-format iso), C(journalctl -k -o short-iso)
+        or C(journalctl -k -o short-unix) write them (its last 16 MiB are read). Empty turns both off.
+    type: path
+    default: /dev/kmsg
+  nvidia_smi:
+    description: The C(nvidia-smi) executable for the evidence. Empty turns it off.
+    type: str
+    default: nvidia-smi
+  evidence_timeout:
+    description:
+      - Seconds for all the evidence of one instance (each tool gets at most 20 of them; one that does not finish is
+        stopped, with what it started).
+    type: float
+    default: 60
   paused:
     description:
       - Report only. The file C(<state_dir>/paused) or C(<state_dir>/<name>.paused) on the host pauses the watchdog too.
@@ -239,6 +328,7 @@ options:
         C(vllm_watchdog_action{vllm_instance, action}) likewise for what the watchdog decided;
         C(vllm_watchdog_needs_human{vllm_instance}), C(vllm_watchdog_restarts_total{vllm_instance}) (every restart
         this watchdog ever decided) and C(vllm_watchdog_last_run_timestamp_seconds{vllm_instance}).
+      - C(vllm_watchdog_reboots_total{vllm_instance}) counts the host reboots decided (with V(reboot) in the action).
       - The label is C(vllm_instance), not C(instance), which Prometheus sets to the scraped target (node_exporter).
     type: path
 '''
@@ -297,7 +387,9 @@ instances:
           engine's C(counters)), which O(modelops.vllm.restart#module:old_reading) takes.
       type: dict
     action:
-      description: V(none), V(restart) (recorded; the caller restarts) or V(fail) (a human is needed).
+      description:
+        - V(none), V(restart) (recorded; the caller restarts), V(reboot) (recorded; the caller reboots the host) or
+          V(fail) (a human is needed).
       type: str
     decision:
       description: One plain sentence saying why.
@@ -321,8 +413,22 @@ instances:
       description: Seconds since the latest known start, when known.
       type: float
     evidence_file:
-      description: The evidence kept on the host before a restart (none otherwise).
+      description:
+        - The evidence kept on the host before a restart or a reboot, or before asking a human because of the GPU (none
+          otherwise). Its C(hang) holds C(stacks), C(meminfo), C(kernel) and C(nvidia_smi).
       type: str
+    evidence:
+      description: A few words on what the evidence holds (stacks, memory, kernel lines, nvidia-smi), for the report.
+      type: str
+    url_proof:
+      description:
+        - For a V(down) server whose service runs, what shows (or not) that the URL is the service (C(listens),
+          C(listening_on), C(process), C(endpoint), C(why), C(default_url)).
+      type: dict
+    gpu_errors:
+      description: The kernel's lines that made the GPU rule take the next step.
+      type: list
+      elements: dict
     history_file:
       description: The instance's restart history on the host.
       type: str
@@ -342,13 +448,15 @@ textfile_error:
   type: str
   sample: null
 action:
-  description: With O(name) (one instance), its RV(instances[].action); with O(record_failure), V(fail).
-  returned: with O(name) or O(record_failure)
+  description:
+    - With O(name) (one instance), its RV(instances[].action); with O(record_failure), V(fail); with O(escalate),
+      V(reboot) or V(fail).
+  returned: with O(name), O(record_failure) or O(escalate)
   type: str
   sample: none
 reason:
-  description: With O(name), its RV(instances[].decision).
-  returned: with O(name) or O(record_failure)
+  description: With O(name), its RV(instances[].decision); with O(escalate), why that step.
+  returned: with O(name), O(record_failure) or O(escalate)
   type: str
   sample: stuck, but in cooldown - the last restart was 12m00s ago and the cooldown is now 20m00s
 paused:
@@ -377,8 +485,8 @@ uptime:
   type: float
   sample: 3600.5
 history:
-  description: With O(name), the history as kept on the host after this decision.
-  returned: with O(name)
+  description: With O(name) or O(escalate), the history as kept on the host after this decision.
+  returned: with O(name) or O(escalate)
   type: dict
   sample: {"restarts": [1796004614.0], "unknown_streak": 0, "last_state": "stuck", "last_check": 1796004614.0}
 waited_for_lock:
@@ -395,6 +503,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.modelops.vllm.plugins.module_utils import _evidence
+from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
@@ -404,10 +514,13 @@ from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     FAIL,
     HEALTHY,
     NONE,
+    REBOOT,
     RESTART,
     decide,
+    decide_escalation,
     invalid_settings,
     load_history,
+    parse_started_at,
 )
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     logs_command,
@@ -467,6 +580,14 @@ def _last_read(verdict):
                             for key, numbers in engines.items() if isinstance(numbers, dict))}
 
 
+def _count_step(hist, action):
+    """Counts that only grow, for the node_exporter textfile (the lists of the history keep the window only)."""
+    for key, step in (('restarts_total', RESTART), ('reboots_total', REBOOT)):
+        total = hist.get(key)
+        total = total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else 0
+        hist[key] = total + (1 if action == step else 0)
+
+
 def _failed_restart(text):
     if text is None:
         return None
@@ -490,6 +611,7 @@ class Gate(object):
         # Every spelling of the configured secrets: masked (with vLLM's own spellings of a key) in all that is
         # kept or returned.
         self.spellings = forms([item.get('api_key') for item in self.p['instances'] or []])
+        self._kernel = None
 
     def redact(self, value):
         return redact(value, self.spellings)
@@ -504,6 +626,60 @@ class Gate(object):
             return {}
         return service_status(self.run_cmd, item['restart_method'], item.get('service'),
                               item.get('compose_project_dir'), item.get('status_command'))
+
+    def kernel(self):
+        """The kernel log's lines that matter, read once per gate run (only for a stuck or down instance)."""
+        if self._kernel is None:
+            path = self.p['kernel_log']
+            self._kernel = _host.read_kernel_log(path, timeout=10.0) if path else {'error': 'off'}
+        return self._kernel
+
+    def processes(self, item, service):
+        """(main pid, the service's processes, how they were found): from the service manager's main process, else
+        (a command method) the processes that listen on the URL's port on this host."""
+        pid = service.get('main_pid')
+        if pid:
+            how = {'systemd': 'systemd MainPID', 'docker': 'the container\'s process, docker inspect .State.Pid',
+                   'compose': 'the container\'s process, docker inspect .State.Pid'}.get(item['restart_method'], '?')
+            return pid, _host.tree(pid), how
+        host, port = _host.url_endpoint(item.get('url'))
+        if not port:
+            return None, [], 'the URL names no port'
+        listening = _host.listener_pids(port, _host.addresses_of(host))
+        roots = [p for p in listening if (_host.proc_stat(p) or (0, ''))[0] not in listening]
+        pids = []
+        for root in roots[:4]:
+            pids.extend(p for p in _host.tree(root) if p not in pids)
+        return None, pids, 'the processes that listen on the URL\'s port %s' % port
+
+    def url_proof(self, item, service):
+        """What shows (or not) that the URL is the service that runs (see _decide.url_evidence)."""
+        host, port = _host.url_endpoint(item.get('url'))
+        proof = {'default_url': bool(item.get('url_is_default')), 'listens': None}
+        if not port:
+            proof['why'] = 'the URL names no port'
+            return proof
+        addresses = _host.addresses_of(host)
+        proof['endpoint'] = _host.endpoint(addresses[0] if addresses else host, port)
+        pid = service.get('main_pid')
+        if not pid:
+            proof['why'] = 'the service manager names no main process of the service (%s)' % (
+                'the command method has none' if item['restart_method'] == 'command' else 'MainPID is 0')
+            return proof
+        pids = _host.tree(pid)
+        if not pids:
+            proof['why'] = 'its main process %d is not there' % pid
+            return proof
+        found, same = _host.listeners(pids)
+        proof['process'] = 'its main process %d (%s)' % (pid, self.processes(item, service)[2])
+        proof['listening_on'] = sorted(set(_host.endpoint(f['address'], f['port']) for f in found))[:5]
+        if same is not True:
+            proof['why'] = ('%s runs in a network namespace of its own (a container): its ports are not the URL\'s'
+                            % proof['process']) if same is False else 'its network namespace cannot be read'
+            proof['listening_on'] = []
+            return proof
+        proof['listens'] = any(f['port'] == port and _host.matches(f['address'], addresses) for f in found)
+        return proof
 
     def one(self, item, verdict):
         name = item['name']
@@ -548,8 +724,17 @@ class Gate(object):
                                     'budget' % (paths['history'], damage))
                 return self.finish(out, paths, None)
             failed = _failed_restart(statedir.read_text(paths['failed']))
+            proof = kernel = None
+            if state == 'down' and service.get('running'):
+                proof = self.url_proof(item, service)
+                out['url_proof'] = proof
+            elif state == 'down':
+                proof = {'default_url': bool(item.get('url_is_default'))}
+            if state in ('stuck', 'down'):
+                kernel = self.kernel().get('lines')
             decision = decide(state, service, history, time.time(), self.settings, paused=paused,
-                              process_start=process_start, failed_restart=failed)
+                              process_start=process_start, failed_restart=failed, url=item.get('url'),
+                              url_proof=proof, kernel=kernel)
             reason = decision['reason']
             if pause_note:
                 reason += ' (%s)' % pause_note
@@ -561,10 +746,9 @@ class Gate(object):
             hist = decision['history']
             hist['last_reason'] = out['reason'][:500]
             hist['last_action'] = decision['action']
-            # A count that only grows, for the node_exporter textfile (the list above keeps the window only).
-            total = hist.get('restarts_total')
-            total = total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else 0
-            hist['restarts_total'] = total + (1 if decision['action'] == RESTART else 0)
+            if decision.get('gpu_errors'):
+                out['gpu_errors'] = decision['gpu_errors']
+            _count_step(hist, decision['action'])
             if not self.check_mode:
                 statedir.write_text(paths['history'], json.dumps(hist, indent=1, sort_keys=True) + '\n')
                 if failed and state in HEALTHY:
@@ -588,7 +772,7 @@ class Gate(object):
                                  max_bytes=self.p['history_max_bytes'])
         except (statedir.StateError, OSError) as exc:
             out['decision'] += ' (the verdict history could not be written: %s)' % exc
-        if out['action'] == RESTART:
+        if out['action'] in (RESTART, REBOOT) or (out['action'] == FAIL and out.get('gpu_errors')):
             out['evidence_file'] = self.evidence(out, paths, verdict)
         return out
 
@@ -601,13 +785,24 @@ class Gate(object):
             # Up to 2 KB per line of the log kept.
             rc, stdout, stderr = run_argv(argv, timeout=self.p['status_timeout'], keep=2048 * self.p['log_lines'])
             logs = (stdout + stderr).splitlines()[-self.p['log_lines']:]
+        # The hang itself, before anything is restarted: the stacks of vLLM's processes, the memory, the kernel's
+        # lines since vLLM started, nvidia-smi (docs/gb10.md: what to attach to a vLLM bug report).
+        dummy, pids, how = self.processes(item, out['service'] or {})
+        started = [t for t in (parse_started_at((out['service'] or {}).get('started_at')),
+                               parse_started_at(out['verdict'].get('process_start_time'))) if t is not None]
+        found = _evidence.collect(lambda argv, timeout: run_argv(argv, timeout=timeout, keep=_evidence.DUMP_BYTES),
+                                  pids, self.p, since=max(started) if started else None, kernel=self.kernel()
+                                  if self.p['kernel_log'] else None)
+        found['processes_found_by'] = how
         evidence = {
             'host': os.uname()[1], 'instance': out['name'], 'url': item.get('url') or out['verdict'].get('url'),
             'restart_method': item['restart_method'], 'verdict': verdict, 'service': out['service'],
             'decision': dict((k, v) for k, v in out.items() if k not in ('verdict', 'history')),
             'history': out.get('history'),
             'logs': logs,
+            'hang': found,
         }
+        out['evidence'] = _evidence.summary(found)
         # A line of the history that was cut (a crash, a full disk) is named, never taken for a verdict.
         evidence['recent_verdicts'], damaged = statedir.tail_json(paths['verdicts'], 20)
         if damaged:
@@ -652,6 +847,72 @@ class Gate(object):
                 'a human removes that file' % (name, error, paths['failed'], name))
 
 
+def escalate(gate):
+    """The step after a restart that was stopped because the memory did not come back: decided under the lock,
+    recorded (the history, a verdict line, a failed-restart record when a human is next), and the textfile."""
+    p = gate.p
+    name, why = p['escalate']['name'], gate.redact(p['escalate']['why'])[:600]
+    paths = _paths(p['state_dir'], name)
+    fd = statedir.open_lock(paths['lock'])
+    try:
+        if statedir.lock(fd, p['lock_timeout']) is None:
+            return FAIL, 'another watchdog run holds %s for more than %s s' % (paths['lock'], p['lock_timeout']), {}
+        history, damage = load_history(statedir.read_text(paths['history']))
+        if damage:
+            return FAIL, '%s, and the restart history %s cannot be trusted (%s): a human must look' % (
+                why, paths['history'], damage), {}
+        decision = decide_escalation(history, time.time(), gate.settings, why)
+        hist = decision['history']
+        hist['last_action'] = decision['action']
+        hist['last_reason'] = decision['reason'][:500]
+        _count_step(hist, decision['action'])
+        if not gate.check_mode:
+            statedir.write_text(paths['history'], json.dumps(hist, indent=1, sort_keys=True) + '\n')
+            if decision['action'] == FAIL:
+                statedir.write_text(paths['failed'], json.dumps({'at': time.time(), 'error': why}) + '\n')
+    finally:
+        os.close(fd)
+    if not gate.check_mode:
+        record = {'time': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), 'state': hist.get('last_state'),
+                  'reason': why, 'action': decision['action'], 'decision': decision['reason'][:500], 'step': True}
+        try:
+            statedir.append_line(paths['verdicts'], json.dumps(gate.redact(record), sort_keys=True),
+                                 max_bytes=p['history_max_bytes'])
+        except (statedir.StateError, OSError):
+            pass
+    return decision['action'], decision['reason'], hist
+
+
+def results_from_histories(state_dir, names):
+    """The last result of each instance as its history keeps it (for the textfile when one instance took a step)."""
+    out = []
+    for name in names:
+        try:
+            history, dummy = load_history(statedir.read_text(_paths(state_dir, name)['history']))
+        except (statedir.StateError, OSError):
+            history = None
+        history = history or {}
+        out.append({'name': name, 'state': history.get('last_state') or 'unknown',
+                    'action': history.get('last_action') or 'none', 'history': history})
+    return out
+
+
+def write_textfile(module, results):
+    """Rewrite the textfile (when asked, not in check mode); the error, or None."""
+    p = module.params
+    if not p['textfile'] or module.check_mode:
+        return None
+    try:
+        statedir.write_text(p['textfile'], textfile_metrics(results, time.time()), mode=0o644)
+    except (statedir.StateError, OSError) as exc:
+        error = ('the textfile %s could not be written (%s): Prometheus gets no vllm_watchdog_* metric from this host, '
+                 'so no alert can fire on it' % (p['textfile'], exc))
+        # Never silent: a metric that never exists cannot alert on its absence.
+        module.warn(error)
+        return error
+    return None
+
+
 def _plain_name(name):
     return bool(name) and '/' not in name and not name.startswith('.') and '\0' not in name and len(name) <= 200
 
@@ -670,6 +931,7 @@ def main():
                 status_command=dict(type='list', elements='str'),
                 logs_command=dict(type='list', elements='str'),
                 url=dict(type='str'),
+                url_is_default=dict(type='bool', default=False),
                 api_key=dict(type='str', no_log=True),
             )),
             results_file=dict(type='path'),
@@ -687,12 +949,20 @@ def main():
                 name=dict(type='str', required=True),
                 error=dict(type='str', required=True),
             )),
+            escalate=dict(type='dict', options=dict(
+                name=dict(type='str', required=True),
+                why=dict(type='str', required=True),
+            )),
+            textfile_names=dict(type='list', elements='str'),
             startup_grace=dict(type='float', default=900),
             cooldown=dict(type='float', default=600),
             max_restarts=dict(type='int', default=3),
             restart_window=dict(type='float', default=86400),
             unknown_limit=dict(type='int', default=3),
             paused_limit=dict(type='float', default=3600),
+            reboot=dict(type='bool', default=False),
+            reboot_cooldown=dict(type='float', default=21600),
+            rehang_window=dict(type='float', default=3600),
             paused=dict(type='bool', default=False),
             lock_timeout=dict(type='float', default=60),
             status_timeout=dict(type='float', default=30),
@@ -700,16 +970,22 @@ def main():
             history_max_bytes=dict(type='int', default=1024 * 1024),
             textfile=dict(type='path'),
             host=dict(type='str'),
+            py_spy=dict(type='str', default='py-spy'),
+            meminfo=dict(type='path', default='/proc/meminfo'),
+            kernel_log=dict(type='path', default='/dev/kmsg'),
+            nvidia_smi=dict(type='str', default='nvidia-smi'),
+            evidence_timeout=dict(type='float', default=60),
         ),
-        mutually_exclusive=[('instances', 'name'), ('record_failure', 'name'), ('record_failure', 'instances')],
-        required_one_of=[('instances', 'name', 'record_failure')],
+        mutually_exclusive=[('instances', 'name'), ('record_failure', 'name'), ('record_failure', 'instances'),
+                            ('escalate', 'name'), ('escalate', 'instances'), ('escalate', 'record_failure')],
+        required_one_of=[('instances', 'name', 'record_failure', 'escalate')],
         required_together=[('name', 'state')],
         supports_check_mode=True,
     )
     p = module.params
     errors = invalid_settings(dict((key, p[key]) for key in DEFAULTS))
     for key, low in (('lock_timeout', 0), ('status_timeout', 0), ('results_timeout', 0), ('log_lines', 0),
-                     ('history_max_bytes', 4096)):
+                     ('history_max_bytes', 4096), ('evidence_timeout', 0)):
         value = p[key]
         if math.isnan(value) or not low <= value <= 10 ** 9:
             errors.append('%s must be a number from %s to 1e9, got %r' % (key, low, value))
@@ -722,6 +998,8 @@ def main():
                   'verdict': {'state': p['state'], 'reason': p['reason']}}]
     elif p['instances'] is not None:
         items = p['instances']
+    elif p['escalate'] is not None:
+        items = [{'name': p['escalate']['name']}]
     else:
         items = [{'name': p['record_failure']['name']}]
     names = [item['name'] for item in items]
@@ -746,6 +1024,15 @@ def main():
         except (statedir.StateError, OSError) as exc:
             module.fail_json(msg='cannot record the failed restart: %s' % exc)
         module.exit_json(changed=not module.check_mode, action=FAIL, reason=reason)
+    if p['escalate'] is not None:
+        try:
+            action, reason, hist = escalate(gate)
+        except (statedir.StateError, OSError) as exc:
+            action, reason, hist = FAIL, 'the watchdog cannot use its state: %s' % exc, {}
+        names = p['textfile_names'] or [p['escalate']['name']]
+        textfile_error = write_textfile(module, results_from_histories(p['state_dir'], names))
+        module.exit_json(changed=action == REBOOT and not module.check_mode, action=action,
+                         reason=gate.redact(reason), history=gate.redact(hist), textfile_error=textfile_error)
 
     results = gate.redact(gate.run(items, verdicts, missing_why))
     if p['name'] is not None:
@@ -754,15 +1041,7 @@ def main():
         one.setdefault('history', {})
         module.exit_json(changed=False, instances=results, **dict((k, v) for k, v in one.items()
                                                                   if k not in ('name', 'state', 'verdict')))
-    textfile_error = None
-    if p['textfile'] and not module.check_mode:
-        try:
-            statedir.write_text(p['textfile'], textfile_metrics(results, time.time()), mode=0o644)
-        except (statedir.StateError, OSError) as exc:
-            textfile_error = ('the textfile %s could not be written (%s): Prometheus gets no vllm_watchdog_* metric '
-                              'from this host, so no alert can fire on it' % (p['textfile'], exc))
-            # Never silent: a metric that never exists cannot alert on its absence.
-            module.warn(textfile_error)
+    textfile_error = write_textfile(module, results)
     facts = {}
     if p['host']:
         facts['vllm_watchdog_results'] = watchdog_results({'instances': results, 'textfile_error': textfile_error},
@@ -771,11 +1050,15 @@ def main():
 
 
 TEXTFILE_STATES = STATES + ['unreachable']
-TEXTFILE_ACTIONS = ('none', 'restart', 'fail')
+TEXTFILE_ACTIONS = ('none', 'restart', 'reboot', 'fail')
 
 
 def _label(value):
     return str(value).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+
+
+def _int(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def textfile_metrics(results, now):
@@ -799,10 +1082,14 @@ def textfile_metrics(results, now):
     family('vllm_watchdog_needs_human', 'gauge', 'Whether the vLLM watchdog stopped and asks a human (1).')
     for r in results:
         lines.append('vllm_watchdog_needs_human{vllm_instance="%s"} %d' % (_label(r['name']), 1 if r.get('action') == FAIL else 0))
-    family('vllm_watchdog_restarts_total', 'counter', 'Restarts the vLLM watchdog decided, ever.')
+    family('vllm_watchdog_restarts_total', 'counter', 'Restarts of vLLM the vLLM watchdog decided, ever.')
     for r in results:
         total = (r.get('history') or {}).get('restarts_total', 0)
-        lines.append('vllm_watchdog_restarts_total{vllm_instance="%s"} %d' % (_label(r['name']), total))
+        lines.append('vllm_watchdog_restarts_total{vllm_instance="%s"} %d' % (_label(r['name']), _int(total)))
+    family('vllm_watchdog_reboots_total', 'counter', 'Host reboots the vLLM watchdog decided for this instance, ever.')
+    for r in results:
+        total = (r.get('history') or {}).get('reboots_total', 0)
+        lines.append('vllm_watchdog_reboots_total{vllm_instance="%s"} %d' % (_label(r['name']), _int(total)))
     family('vllm_watchdog_last_run_timestamp_seconds', 'gauge', 'When the vLLM watchdog last ran, in seconds since the epoch.')
     for r in results:
         lines.append('vllm_watchdog_last_run_timestamp_seconds{vllm_instance="%s"} %.3f' % (_label(r['name']), now))

@@ -17,8 +17,12 @@ that address. What is proven here, as users run Ansible:
   ``stop()`` nothing listens on its port, no sshd process of it is left (not even a connection
   held open by a client Ansible does not manage), and its vLLM ports are closed.
 
+* the watchdog over SSH (issue 15): a misspelt ``vllm_ulr`` on a busy host restarts nothing and names the
+  problem; the look-alikes (a dead engine whose process still listens on the URL, a closed port whose URL was
+  seen serving) are restarted, with the stand-ins for ``systemctl`` (the play's ``environment``).
+
 sshd ports 25000-25099, simulator control ports 25500-25999 (``PORT_RANGE``), host addresses
-127.0.25.x and 127.0.26.x. If sshd is missing, the fleets fail saying to run scripts/ensure-sshd.sh.
+127.0.25.x, 127.0.26.x and 127.0.27.x. If sshd is missing, the fleets fail saying to run scripts/ensure-sshd.sh.
 """
 
 import glob
@@ -26,6 +30,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -34,7 +39,7 @@ import pytest
 from tests.support import ansible_run
 from tests.support import sshfleet
 from tests.support.sshfleet import SSHFleet, SSHFleetError
-from tests.support.ports import span
+from tests.support.ports import bindable, span
 
 PORT_RANGE = span("sshfleet")  # the simulator control ports of this module
 SSH_PORT = 25000
@@ -283,3 +288,94 @@ def test_a_second_fleet_runs_beside_and_stops_leaving_nothing(fleet, ssh_fleet):
     # the first fleet is untouched
     proc = adhoc(fleet.inventory(), "-m", "ansible.builtin.ping", "--limit", fleet.hosts[0])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------------------- the watchdog over SSH
+
+WATCHDOG_SSH_PORT = 25002
+WATCHDOG_FIRST_ADDRESS = "127.0.27.2"
+
+WATCHDOG_ROLE_PLAY = """
+- name: Watch vLLM servers over SSH, as playbooks/watchdog.yml does, with the stand-ins for systemctl
+  hosts: vllm
+  gather_facts: false
+  become: true
+  environment: {environment}
+  tasks:
+    - name: The watchdog, then save its results whatever they are
+      block:
+        - name: The role
+          ansible.builtin.include_role:
+            name: modelops.vllm.watchdog
+      always:
+        - name: Save vllm_watchdog_results
+          ansible.builtin.copy:
+            content: "{{{{ vllm_watchdog_results | default(none) | to_json }}}}"
+            dest: "{{{{ out_dir }}}}/{{{{ inventory_hostname }}}}.json"
+            mode: "0600"
+          delegate_to: localhost
+"""
+
+
+def test_a_misspelt_vllm_url_over_ssh_restarts_nothing_and_the_look_alikes_are_restarted(ssh_fleet, tmp_path):
+    """Issue 15: ``vllm_ulr`` instead of ``vllm_url`` on a busy host, over real SSH: the check falls back to
+    http://127.0.0.1:8000, where nothing is, and the service manager says the unit runs for two hours. Nothing is
+    restarted, and the line names the problem. The look-alikes are restarted: a host whose engine died while its
+    process still listens on the URL's address and port, and one whose port closed after it was seen serving there."""
+    from tests.support.standins import Standins, standins_path  # pylint: disable=import-outside-toplevel
+    assert bindable(8000), "something listens on 127.0.0.1:8000 (the role's default URL): this test needs it free"
+    # Up for two hours (vLLM's own process_start_time_seconds), as the service manager says: past the start-up grace.
+    fleet = ssh_fleet(3, WATCHDOG_SSH_PORT, first_address=WATCHDOG_FIRST_ADDRESS, server_options={"process_age": 7200})
+    typo, dead, seen = fleet.hosts
+    fleet.set_states({typo: "busy", dead: "busy", seen: "busy"})
+    fleet.sim.set_state(fleet.server_id(dead), "dead")  # /health 503, the port still open
+    standins = Standins(str(tmp_path), fleet.sim.base_url)
+    services = dict(("vllm-" + host, {"server": fleet.server_id(host), "state": "running",
+                                      "started_at": time.time() - 7200, "load_seconds": 1}) for host in fleet.hosts)
+    standins.write(services)
+    env = dict(standins.env(), PATH=standins_path())
+    extra = dict((host, {"vllm_watchdog_service": "vllm-" + host, "vllm_watchdog_state_dir": str(tmp_path / host),
+                         "vllm_watchdog_kernel_log": "", "vllm_watchdog_interval": 1,
+                         "vllm_watchdog_probe_timeout": 4, "vllm_watchdog_ready_delay": 1,
+                         "vllm_watchdog_ready_timeout": 60}) for host in fleet.hosts)
+    inventory = json.loads(open(fleet.inventory(str(tmp_path / "inventory.json"), extra_host_vars=extra)).read())
+    hosts = inventory["all"]["children"]["vllm"]["hosts"]
+    hosts[typo]["vllm_ulr"] = hosts[typo].pop("vllm_url")  # the typo
+    path = tmp_path / "inventory-typo.json"
+    path.write_text(json.dumps(inventory))
+    play = WATCHDOG_ROLE_PLAY.format(environment=json.dumps(env))
+
+    first = ansible_run.run_playbook(play, inventory=str(path), workdir=str(tmp_path / "run1"), args=["-f", "5"])
+    assert first.rc == 2, first  # the typo needs a human
+    result = first.outputs["%s.json" % typo][0]
+    assert result["state"] == "down" and result["action"] == "fail" and not result["restarted"], result
+    assert "The URL may be wrong" in result["line"], result
+    assert "only the role's default fallback: no vllm_url" in result["line"], result
+    assert "not on 127.0.0.1:8000" in result["decision"], result  # the service's process listens elsewhere
+    assert fleet.sim.get(fleet.server_id(typo))["restarts"] == 0
+    assert fleet.sim.stats(fleet.server_id(typo))["totals"]["running"] > 0
+    lookalike = first.outputs["%s.json" % dead][0]
+    assert lookalike["state"] == "down" and lookalike["action"] == "restarted", lookalike
+    assert "listens on %s:%d" % (fleet.address(dead), fleet.vllm_port) in lookalike["decision"], lookalike
+    assert first.outputs["%s.json" % seen][0]["state"] == "busy"
+
+    fleet.sim.set_state(fleet.server_id(seen), "stop")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # a main process, no port
+    try:
+        data = json.loads(open(standins.config).read())
+        data["services"]["vllm-" + seen]["main_pid"] = sleeper.pid
+        with open(standins.config, "w") as handle:
+            json.dump(data, handle)
+        second = ansible_run.run_playbook(play, inventory=str(path), workdir=str(tmp_path / "run2"), args=["-f", "5"])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    again = second.outputs["%s.json" % seen][0]
+    assert again["state"] == "down" and again["action"] == "restarted", again
+    assert "it was seen serving at this URL" in again["decision"], again
+    assert second.outputs["%s.json" % typo][0]["action"] == "fail"
+    touched = [argv for argv in standins.calls() if "vllm-" + typo in argv and argv[1] in ("stop", "start", "restart")]
+    assert touched == [], standins.calls()
+    assert fleet.sim.get(fleet.server_id(typo))["restarts"] == 0
+    # every host was reached over SSH at its own address
+    assert set(c["server"] for c in fleet.connections()) == set(fleet.addresses)

@@ -132,7 +132,10 @@ class Sandbox:
             return [json.loads(line)['argv'] for line in handle if line.strip()]
 
     def restarts(self):
-        return [argv[-1] for argv in self.standin_calls() if argv[:2] == ['systemctl', 'restart']]
+        """The services restarted: a restart, or the start after a stop (the watchdog stops, waits for the memory,
+        then starts); a stop alone is no restart."""
+        return [argv[-1] for argv in self.standin_calls()
+                if argv[:2] in (['systemctl', 'restart'], ['systemctl', 'start'])]
 
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
@@ -231,9 +234,13 @@ def test_readme(sandbox):
     out = output_of(results, 'modelops.vllm.watchdog')
     assert 'gb10-stuck/vllm: stuck - watchdog: restarted' in out, out[-4000:]
     lines = summary_lines(out)
-    assert len(lines) == 8 and lines[5].startswith('vLLM watchdog: 5 instance(s): '), out  # 5 + count + total + grep
+    # 5 + count + total + grep's two lines (the restart is a stop, the wait for the memory, a start)
+    assert len(lines) == 9 and lines[5].startswith('vLLM watchdog: 5 instance(s): '), out
     assert lines[6] == '5 host(s): 4 ok, 1 changed, 0 failed, 0 unreachable', out
-    assert '"argv": ["systemctl", "restart", "vllm-gb10-stuck"]' in out.strip().splitlines()[-1], out[-2000:]  # grep
+    assert '"argv": ["systemctl", "stop", "vllm-gb10-stuck"]' in lines[7], out[-2000:]  # grep
+    assert '"argv": ["systemctl", "start", "vllm-gb10-stuck"]' in lines[8], out[-2000:]
+    assert [line for line in lines if 'gb10-stuck/vllm: stuck - watchdog: restarted' in line][0].endswith(
+        'no nvidia-smi]'), out  # what the evidence holds, taken before the restart
     assert sandbox.restarts() == ['vllm-gb10-stuck']
     assert_untouched(sandbox, 'gb10-busy', 'gb10-prefill', 'gb10-idle')
     assert_nothing_sent(sandbox, 'gb10-busy', 'gb10-prefill')
@@ -277,7 +284,8 @@ def test_awx_without_awx(sandbox):
     assert 'gb10-stuck/vllm: stuck - watchdog: restarted (restart: stuck' in out, out[-5000:]
     artifacts = json.loads(output_of(results, 'playbook_on_stats'))
     assert artifacts == {'vllm_watchdog_counts': {'busy': 2, 'down': 1, 'idle': 1, 'stuck': 1},
-                         'vllm_watchdog_needs_human': [], 'vllm_watchdog_restarted': ['gb10-stuck/vllm'],
+                         'vllm_watchdog_needs_human': [], 'vllm_watchdog_rebooted': [],
+                         'vllm_watchdog_restarted': ['gb10-stuck/vllm'],
                          'vllm_watchdog_unreachable': []}
     assert sandbox.restarts() == ['vllm-gb10-stuck']  # once, by the stand-in systemctl
     assert sandbox.sim.get('gb10-stuck')['restarts'] == 1

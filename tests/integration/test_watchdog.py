@@ -41,7 +41,7 @@ CONTROL_PORTS = range(block('watchdog-control')[0], block('watchdog-control')[1]
 BIN = os.path.dirname(sys.executable)
 
 SHOW = ['systemctl', 'show', 'vllm', '--property=ActiveState', '--property=SubState',
-        '--property=ExecMainStartTimestamp', '--timestamp=unix']
+        '--property=ExecMainStartTimestamp', '--property=MainPID', '--timestamp=unix']
 
 # The collection's scheduled playbook, as users run it (by its FQCN), then the role's results saved.
 WATCHDOG_PLAY = """
@@ -135,7 +135,9 @@ def test_two_runs_at_once_restart_a_stuck_server_once(sim, tmp_path):
     assert sorted(r['action'] for r in results) == ['none', 'restarted'], results
     second = [r for r in results if r['action'] == 'none'][0]
     assert 'within the start-up grace' in second['decision'], second
-    assert standins.restarts() == [['systemctl', 'restart', 'vllm']], standins.calls()
+    # The restart is a stop, a wait until the memory is back, then a start (the memory of a GB10 outlives a process).
+    assert standins.stops() == [['systemctl', 'stop', 'vllm']], standins.calls()
+    assert standins.restarts() == [['systemctl', 'start', 'vllm']], standins.calls()
     assert len(history(state_dir)['restarts']) == 1
     assert len(glob.glob(os.path.join(state_dir, 'evidence', 'vllm-*.json'))) == 1
     assert os.path.isdir(checks_dir) and os.listdir(checks_dir) == []  # the gates removed both results
@@ -241,7 +243,7 @@ def test_ansible_runner_reports_the_fleet_in_its_artifacts(sim, tmp_path):
                  and e['event_data'].get('task') == 'Restart | by its method, then wait until it serves its model']
     assert [e['event_data']['host'] for e in restarted] == ['gb10-b']
     assert restarted[0]['event_data']['res']['changed'] is True
-    assert standins.restarts() == [['systemctl', 'restart', 'vllm-b']], standins.calls()
+    assert standins.restarts() == [['systemctl', 'start', 'vllm-b']], standins.calls()
     changed = stats[0]['event_data']['changed']
     assert 'gb10-a' not in changed and changed.get('gb10-b', 0) > 0, changed  # `changed` only where it restarted
 
@@ -403,13 +405,17 @@ def test_command_method_restarts_a_real_hung_vllm_once(vllm_server, tmp_path):
         ctl = [sys.executable, str(tmp_path / 'ctl.py')]
         load = server.start_completions(2, max_tokens=30000)
         server.wait_running(2)
-        server.hang()  # SIGSTOP of the engine: /metrics still answers, nothing moves
+        api_server = server.pid
+        stopped = server.hang()  # SIGSTOP of the engine: /metrics still answers, nothing moves
         state_dir = str(tmp_path / 'state')
         inventory = write_inventory(str(tmp_path / 'inventory.yml'), {'gb10-real': {}}, dict(
             FAST, vllm_url=server.url, vllm_watchdog_state_dir=state_dir, vllm_watchdog_interval=3,
             vllm_watchdog_restart_method='command', vllm_watchdog_restart_command=ctl + ['restart'],
             vllm_watchdog_status_command=ctl + ['status'], vllm_watchdog_logs_command=ctl + ['logs'],
             vllm_watchdog_ready_delay=2, vllm_watchdog_ready_timeout=300,
+            # The stack dumps of the evidence: py-spy from this venv (requirements/test.txt); the other pieces as a
+            # host without NVIDIA tools has them (nvidia-smi missing, said so).
+            vllm_watchdog_py_spy=os.path.join(BIN, 'py-spy'),
             # vLLM's own process_start_time_seconds says it started a minute or two ago: a grace of 20 s
             # has passed (the default 900 s would rightly keep the watchdog away from it).
             vllm_watchdog_startup_grace=20))
@@ -436,6 +442,25 @@ def test_command_method_restarts_a_real_hung_vllm_once(vllm_server, tmp_path):
             kept = json.load(handle)
         assert kept['verdict']['state'] == 'stuck' and kept['service']['running'] is True
         assert any('vllm' in line.lower() for line in kept['logs']), kept['logs']
+
+        # The hang itself, taken before the restart: a py-spy stack dump of every process of the server, found from
+        # the process that listens on the URL's port (the command method names no main process): the API server and
+        # the SIGSTOPped EngineCore, which py-spy cannot pause (ptrace) and reads without pausing.
+        hang = kept['hang']
+        assert 'listen on the URL' in hang['processes_found_by'], hang['processes_found_by']
+        dumped = dict((p['pid'], p) for p in hang['stacks']['processes'])
+        assert api_server in dumped and 'Thread' in dumped[api_server].get('dump', ''), dumped.get(api_server)
+        for pid in stopped:
+            assert pid in dumped, (pid, sorted(dumped))
+            assert '--nonblocking' in dumped[pid].get('mode', ''), dumped[pid]
+            assert 'vllm' in dumped[pid]['dump'] and 'Thread' in dumped[pid]['dump'], dumped[pid]
+        engine = [dumped[pid] for pid in stopped if 'EngineCore' in dumped[pid]['cmdline'] + dumped[pid]['dump']]
+        assert engine and 'vllm/v1/engine' in engine[0]['dump'], [dumped[pid] for pid in stopped]
+        assert hang['meminfo']['kb']['MemAvailable'] > 0
+        assert 'is not installed' in hang['nvidia_smi']['error']  # no NVIDIA tools here, and the evidence says so
+        assert 'lines' in hang['kernel'] or 'error' in hang['kernel']
+        assert result['evidence'] and 'py-spy %d stack(s)' % len([p for p in dumped.values() if p.get('dump')]) \
+            in result['evidence'], result['evidence']
 
         # And on its own, after the role: the server is idle.
         after, dummy = health({'url': server.url, 'interval': 2})

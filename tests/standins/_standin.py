@@ -24,6 +24,14 @@ of the real service managers. Every call:
       "host": "gb10-01",                           # optional; copied into every log line
       "watch": ["/path/paused"], "log_env": ["VLLM_IMAGE"],   # optional; see the log line above
       "daemon_reload_rc": 0,                       # exit status of `systemctl daemon-reload` (non-zero: it fails)
+      "meminfo": {"path": "/tmp/x/meminfo",        # optional: a meminfo file this host's memory is simulated in:
+                  "total_kb": 128000000,           #   MemAvailable is running_kb after a start, stopped_kb after a
+                  "running_kb": 20000000,          #   stop (low: the memory did not come back), boot_kb after a
+                  "stopped_kb": 110000000,         #   host reboot (then running_kb once its services started)
+                  "boot_kb": 120000000},
+      "boot_id_file": "/tmp/x/boot_id",            # optional: host-reboot writes a new boot id there
+      "reboot_comes_back": true,                   # false: host-reboot changes nothing (a host that does not come back)
+      "reboot_rc": 0,                              # exit status of host-reboot
       "pull_rc": 0,                                # exit status of `docker pull`
       "services": {
         "vllm": {                                  # unit, container or compose service name
@@ -34,10 +42,23 @@ of the real service managers. Every call:
           "container_id": "4f1c...",               # docker/compose: the container id (default: derived)
           "project_dir": "/srv/vllm",              # compose: the project directory it belongs to
           "restart_rc": 0,                         # exit status of a restart (non-zero: it fails, nothing restarts)
+          "main_pid": 1234,                        # MainPID / .State.Pid (default: the simulator's own pid while
+                                                   #   the service runs; null: none)
           "logs": ["INFO ... line", ...]           # extra lines for journalctl / docker logs
         }
       }
     }
+
+``systemctl stop`` / ``docker stop`` / ``docker compose ... stop`` stop the simulated server (its port
+closes) and ``... start`` starts it again (a new process after ``load_seconds``); a stop sets the
+simulated meminfo's ``MemAvailable`` to ``stopped_kb``, a start to ``running_kb``. ``host-reboot`` is a
+host reboot for ``ansible.builtin.reboot``'s ``reboot_command`` (or a power cycle run from the
+controller): a new boot id in ``boot_id_file``, every service restarted, the memory back.
+
+The main process a service manager reports (``MainPID``, ``.State.Pid``) is, by default, the simulator
+process itself while the service runs: it holds the simulated server's listening socket, so the
+watchdog's proof that a URL is the service (the main process listens on the URL's port) and its stack
+dumps (py-spy of that process) meet a real process.
 
 ``"state": "auto"`` asks the simulator instead: a server that listens or is loading is
 running since its process start time, a stopped one has failed.
@@ -216,6 +237,55 @@ def service_state(config, name):
     return state, started_at, info
 
 
+def simulator_pid(config):
+    """The simulator's own pid (it holds every simulated server's socket), or 0."""
+    try:
+        return int((_control(config, 'GET', '/health') or {}).get('pid') or 0)
+    except (StandinError, ValueError, TypeError):
+        return 0
+
+
+def main_pid(config, name, running):
+    """What the service manager names as the service's main process: the config's ``main_pid``, else the simulator."""
+    svc = config.service(name)
+    if 'main_pid' in svc:
+        try:
+            return int(svc['main_pid'] or 0)
+        except (TypeError, ValueError):
+            return 0
+    if not running or not svc.get('server'):
+        return 0
+    return simulator_pid(config)
+
+
+def set_memory(config, which):
+    """Write the simulated meminfo with MemAvailable = the config's ``<which>_kb`` (running, stopped, boot)."""
+    memory = config.data.get('meminfo')
+    if not isinstance(memory, dict) or not memory.get('path'):
+        return
+    available = memory.get('%s_kb' % which)
+    if available is None:
+        return
+    total = int(memory.get('total_kb') or 128000000)
+    text = ('MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\nBuffers:           1024 kB\n'
+            'Cached:          %d kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n'
+            % (total, int(available) // 2, int(available), int(available) // 4))
+    tmp = memory['path'] + '.tmp'
+    with open(tmp, 'w') as handle:
+        handle.write(text)
+    os.rename(tmp, memory['path'])
+
+
+def stop(config, name):
+    svc = config.service(name)
+    if svc.get('server'):
+        _control(config, 'POST', '/servers/%s/state' % svc['server'], {'state': 'stop'})
+    svc['state'] = 'inactive'
+    svc['stops'] = int(svc.get('stops', 0) or 0) + 1
+    config.dirty = True
+    set_memory(config, 'stopped')
+
+
 def restart(config, name):
     svc = config.service(name)
     rc = int(svc.get('restart_rc', 0) or 0)
@@ -228,6 +298,35 @@ def restart(config, name):
     svc['started_at'] = round(time.time(), 3)
     svc['restarts'] = int(svc.get('restarts', 0) or 0) + 1
     config.dirty = True
+    set_memory(config, 'running')
+
+
+def host_reboot(config, argv):
+    """A host reboot (``ansible.builtin.reboot``'s ``reboot_command``) or a power cycle from the controller: a new boot
+    id, every service started again, the memory back. Never touches this machine."""
+    config.data['reboots'] = int(config.data.get('reboots', 0) or 0) + 1
+    config.dirty = True
+    rc = int(config.data.get('reboot_rc', 0) or 0)
+    if rc:
+        raise StandinError('standin host-reboot: the reboot fails (reboot_rc %d)' % rc, rc)
+    if config.data.get('reboot_comes_back', True) is False:
+        return 0  # a host that never comes back: nothing changes, its boot id stays
+    set_memory(config, 'boot')
+    for name in sorted(config.services):
+        svc = config.service(name)
+        if svc.get('server'):
+            _control(config, 'POST', '/servers/%s/state' % svc['server'],
+                     {'state': 'restart', 'load_seconds': float(svc.get('load_seconds', 0) or 0)})
+        svc['state'] = 'running'
+        svc['started_at'] = round(time.time(), 3)
+    set_memory(config, 'running')
+    if config.data.get('boot_id_file'):
+        tmp = config.data['boot_id_file'] + '.tmp'
+        with open(tmp, 'w') as handle:
+            handle.write('standin-boot-%d-%s\n' % (config.data['reboots'], hashlib.sha256(
+                str(time.time()).encode('utf-8')).hexdigest()[:16]))
+        os.rename(tmp, config.data['boot_id_file'])
+    return 0
 
 
 def log_lines(config, name, count):
@@ -268,7 +367,7 @@ def docker_state(config, name):
     svc = config.service(name)
     state, started_at, info = service_state(config, name)
     running = state in ('running', 'activating', 'auto-restart')
-    pid = 4000 + int(svc.get('restarts', 0) or 0) if running else 0
+    pid = main_pid(config, name, running)
     exit_code = 0 if running or state in ('exited', 'stopped', 'inactive') else 1
     return {
         'Status': {'auto-restart': 'restarting'}.get(state, 'running' if running else 'exited'),
@@ -329,7 +428,7 @@ def systemctl(config, argv):
             svc = config.service(unit)
             if svc is None:
                 values = {'Id': unit + '.service', 'LoadState': 'not-found', 'ActiveState': 'inactive',
-                          'SubState': 'dead', 'ExecMainStartTimestamp': ''}
+                          'SubState': 'dead', 'ExecMainStartTimestamp': '', 'MainPID': 0}
             else:
                 state, started_at, dummy = service_state(config, unit)
                 active, sub = SYSTEMD_STATES.get(state, ('inactive', 'dead'))
@@ -340,7 +439,8 @@ def systemctl(config, argv):
                 else:
                     stamp = datetime.datetime.fromtimestamp(started_at).astimezone().strftime('%a %Y-%m-%d %H:%M:%S %Z')
                 values = {'Id': unit + '.service', 'LoadState': 'loaded', 'ActiveState': active, 'SubState': sub,
-                          'ExecMainStartTimestamp': stamp}
+                          'ExecMainStartTimestamp': stamp,
+                          'MainPID': main_pid(config, unit, active in ('active', 'activating', 'reloading'))}
             for prop in props:
                 print('%s=%s' % (prop, values.get(prop, '')))
         return 0
@@ -350,6 +450,13 @@ def systemctl(config, argv):
             raise StandinError('Failed to restart %s.service: Unit %s.service not found.' % (missing[0], missing[0]), 5)
         for unit in units:
             restart(config, unit)
+        return 0
+    if command in ('stop', 'start'):
+        missing = [u for u in units if config.service(u) is None]
+        if missing:
+            raise StandinError('Failed to %s %s.service: Unit %s.service not found.' % (command, missing[0], missing[0]), 5)
+        for unit in units:
+            (stop if command == 'stop' else restart)(config, unit)
         return 0
     if command == 'daemon-reload':
         config.data['daemon_reloads'] = int(config.data.get('daemon_reloads', 0) or 0) + 1
@@ -416,6 +523,18 @@ def docker(config, argv):
             names.append((ref, name))
         for ref, name in names:
             restart(config, name)
+            print(ref)
+        return 0
+    if command in ('stop', 'start'):
+        options, refs = _parse_options(rest, ('-t', '--time', '-s', '--signal'))
+        names = []
+        for ref in refs:
+            name = _docker_lookup(config, ref)
+            if name is None:
+                raise StandinError('Error response from daemon: No such container: %s' % ref)
+            names.append((ref, name))
+        for ref, name in names:
+            (stop if command == 'stop' else restart)(config, name)
             print(ref)
         return 0
     if command == 'pull':
@@ -515,6 +634,16 @@ def compose(config, argv):
             restart(config, name)
             sys.stderr.write(' Container %s-1  Started\n' % service)
         return 0
+    if command in ('stop', 'start'):
+        options, services = _parse_options(rest, ('-t', '--timeout'))
+        for service in services:
+            name = _compose_service(config, project_dir, service)
+            if name is None:
+                raise StandinError('no such service: %s' % service)
+            sys.stderr.write(' Container %s-1  %s\n' % (service, 'Stopping' if command == 'stop' else 'Starting'))
+            (stop if command == 'stop' else restart)(config, name)
+            sys.stderr.write(' Container %s-1  %s\n' % (service, 'Stopped' if command == 'stop' else 'Started'))
+        return 0
     if command == 'ps':
         options, services = _parse_options(rest, ('--format', '--filter', '--status'))
         quiet = '-q' in options or '--quiet' in options
@@ -553,20 +682,21 @@ def vllm_restart(config, argv):
     return 0
 
 
-TOOLS = {'systemctl': systemctl, 'journalctl': journalctl, 'docker': docker, 'vllm-restart': vllm_restart}
+TOOLS = {'systemctl': systemctl, 'journalctl': journalctl, 'docker': docker, 'vllm-restart': vllm_restart,
+         'host-reboot': host_reboot}
 
 
 def restarts(tool, argv):
-    """Whether this call restarts (or recreates) a service."""
-    if tool == 'vllm-restart':
+    """Whether this call restarts (or recreates, or stops, or starts) a service, or reboots the host."""
+    if tool in ('vllm-restart', 'host-reboot'):
         return True
     if tool == 'systemctl':
-        return any(a in ('restart', 'try-restart', 'reload-or-restart') for a in argv)
-    if tool == 'docker' and argv[:1] == ['restart']:
+        return any(a in ('restart', 'try-restart', 'reload-or-restart', 'stop', 'start') for a in argv)
+    if tool == 'docker' and argv[:1] in (['restart'], ['stop'], ['start']):
         return True
     if tool == 'docker' and argv[:1] == ['compose']:
         dummy, i = _compose_globals(argv[1:])
-        return argv[1 + i:2 + i] in (['restart'], ['up'])
+        return argv[1 + i:2 + i] in (['restart'], ['up'], ['stop'], ['start'])
     return False
 
 

@@ -39,6 +39,7 @@ BLOCKS = {
     "hostile": (28100, 28199),              # tests/integration/test_hostile_role.py: its simulator
     "field": (28200, 28399),                # tests/integration/test_field_signatures.py: its simulator
     "field-bench": (28400, 28599),          # benchmarks/field_signatures.py: its simulator
+    "ladder": (28600, 28799),               # tests/integration/test_ladder.py: its simulator
 }
 
 

@@ -12,6 +12,39 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 STANDINS = str(REPO / "tests" / "standins")
+# ansible_connection: standin_local - Ansible's local connection that refuses to reboot this machine
+# (tests/standins/connection_plugins/standin_local.py): ansible.builtin.reboot refuses `local` itself.
+CONNECTION_PLUGINS = str(REPO / "tests" / "standins" / "connection_plugins")
+# The stand-in for a host reboot: ansible.builtin.reboot's reboot_command, or a power cycle from the controller.
+HOST_REBOOT = str(REPO / "tests" / "standins" / "host-reboot")
+
+# The calls that start a new process of a service (a restart, a start after a stop, a recreate), or reboot the host.
+_STARTS = {"systemctl": ("restart", "try-restart", "reload-or-restart", "start"), "docker": ("restart", "start"),
+           "vllm-restart": None, "host-reboot": None}
+
+
+def starts(argv):
+    """Whether a stand-in call starts a new process of a service (or reboots the host)."""
+    tool, rest = argv[0], argv[1:]
+    if tool in ("vllm-restart", "host-reboot"):
+        return True
+    if tool == "docker" and rest[:1] == ["compose"]:
+        words = [a for a in rest[1:] if not a.startswith("-")]
+        # docker compose --project-directory DIR <command> ...: the command follows the directory
+        command = words[1] if "--project-directory" in rest and len(words) > 1 else (words[0] if words else "")
+        return command in ("restart", "start", "up")
+    words = [a for a in rest if not a.startswith("-")]
+    return tool in ("systemctl", "docker") and bool(words) and words[0] in _STARTS[tool]
+
+
+def stops(argv):
+    """Whether a stand-in call stops a service (the first half of the watchdog's stop, wait, start)."""
+    tool, rest = argv[0], argv[1:]
+    words = [a for a in rest if not a.startswith("-")]
+    if tool == "docker" and rest[:1] == ["compose"]:
+        command = words[2] if "--project-directory" in rest and len(words) > 2 else (words[1] if len(words) > 1 else "")
+        return command == "stop"
+    return tool in ("systemctl", "docker") and words[:1] == ["stop"]
 
 
 def standins_path(extra=()):
@@ -34,7 +67,13 @@ class Standins(object):
             json.dump(data, handle, indent=1)
 
     def env(self):
-        return {"PATH": standins_path(), "MODELOPS_STANDIN_CONFIG": self.config, "MODELOPS_STANDIN_LOG": self.log}
+        return {"PATH": standins_path(), "MODELOPS_STANDIN_CONFIG": self.config, "MODELOPS_STANDIN_LOG": self.log,
+                "ANSIBLE_CONNECTION_PLUGINS": CONNECTION_PLUGINS}
+
+    def data(self):
+        """The config as the stand-ins left it (restarts counted, states, ...)."""
+        with open(self.config) as handle:
+            return json.load(handle)
 
     def entries(self):
         if not os.path.exists(self.log):
@@ -46,8 +85,13 @@ class Standins(object):
         return [entry["argv"] for entry in self.entries()]
 
     def restart_entries(self):
-        """The log entries (argv, time, pid, ...) of the calls that restart something."""
-        return [entry for entry in self.entries() if "restart" in entry["argv"]]
+        """The log entries (argv, time, pid, ...) of the calls that start a new process of a service: a restart, the
+        start after a stop (the watchdog stops, waits for the memory, then starts), a recreate, a host reboot."""
+        return [entry for entry in self.entries() if starts(entry["argv"])]
 
     def restarts(self):
         return [entry["argv"] for entry in self.restart_entries()]
+
+    def stops(self):
+        """The calls that stopped a service."""
+        return [entry["argv"] for entry in self.entries() if stops(entry["argv"])]

@@ -37,3 +37,25 @@ def test_a_summary_where_every_textfile_was_written_says_nothing_of_it():
     summary = watchdog_summary(watchdog_results(gate(), 'gb10-02', INSTANCES))
     assert summary['textfile_errors'] == [] and 'textfile' not in summary['headline']
     assert len(summary['lines']) == 2
+
+
+MEMORY = ('Restart | by its method: the memory did not come back after vLLM stopped: MemAvailable is 9.0 GiB, below '
+          'the 97.7 GiB it must be back to after 300 s. vLLM is NOT started')
+
+
+def stopped_restart(escalation, escalated):
+    decided = {'instances': [{'name': 'chat', 'state': 'stuck', 'action': 'restart', 'decision': 'restart: stuck'}]}
+    done = {'chat': {'error': MEMORY, 'escalated': escalated, 'escalation': escalation}}
+    return watchdog_results(decided, 'gb10-01', INSTANCES[:1], done)[0]
+
+
+def test_a_restart_stopped_for_the_memory_says_what_failed_once_then_the_next_step():
+    human = stopped_restart('%s; the next step, a host reboot, is off (vllm_watchdog_reboot): a human must look'
+                            % MEMORY, 'fail')
+    assert human['action'] == 'restart stopped' and human['failed'] and not human['restarted'], human
+    assert human['decision'].count('MemAvailable is 9.0 GiB') == 1, human['decision']
+    assert human['decision'].startswith('restart: stuck; then: ') and 'a host reboot, is off' in human['decision']
+    # A next step whose reason does not name the failure: both are said.
+    other = stopped_restart('the restart budget is spent', 'fail')
+    assert other['decision'] == 'restart: stuck; %s; then: the restart budget is spent' % MEMORY, other['decision']
+    assert other['line'].count('MemAvailable is 9.0 GiB') == 1

@@ -5,12 +5,17 @@ import pytest
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     FAIL,
     NONE,
+    REBOOT,
     RESTART,
     decide,
+    decide_escalation,
     empty_history,
+    gpu_errors,
+    invalid_settings,
     normalize_history,
     parse_started_at,
     required_cooldown,
+    url_evidence,
 )
 
 NOW = 1_000_000.0
@@ -44,7 +49,8 @@ def hist(*ago, streak=0):
     # Down restarts only when the service manager confirms it is not starting.
     ('down', STOPPED, None, False, RESTART, 'not running (failed)'),
     ('down', RUNNING_NEW, None, False, NONE, 'it is starting (loading weights)'),
-    ('down', RUNNING_LONG, None, False, RESTART, 'running for 2h00m without answering'),
+    # ... and, when it runs, only with proof that the URL is that service (test_down_needs_proof below).
+    ('down', RUNNING_LONG, None, False, FAIL, 'The URL may be wrong'),
     ('down', {'running': True}, None, False, NONE, 'unknown time'),
     ('down', {}, None, False, NONE, 'cannot say whether it is starting'),
     # Cooldown grows; budget; pause.
@@ -160,6 +166,194 @@ def test_a_paused_since_that_cannot_be_true_starts_the_pause_now(forged):
 def test_paused_clears_a_failed_restart_as_any_serving_state_does():
     decision = decide('paused', RUNNING_LONG, None, NOW, S, failed_restart={'at': NOW - 600, 'error': 'x'})
     assert decision['action'] == NONE and 'cleared' in decision['reason']
+
+
+# -- down needs proof that the URL is the service (issue 15) ---------------------------------------------------
+
+URL = 'http://127.0.0.1:8000'
+LISTENS = {'listens': True, 'endpoint': '127.0.0.1:8000', 'process': 'its main process 4242 (systemd MainPID)',
+           'listening_on': ['127.0.0.1:8000']}
+ELSEWHERE = {'listens': False, 'endpoint': '127.0.0.1:8000', 'process': 'its main process 4242 (systemd MainPID)',
+             'listening_on': ['127.0.0.1:28002']}
+NOWHERE = {'listens': False, 'endpoint': '127.0.0.1:8000', 'process': 'its main process 4242 (systemd MainPID)',
+           'listening_on': []}
+UNKNOWN = {'listens': None, 'why': 'the service manager names no main process of the service'}
+
+
+def served(url=URL, ago=3600):
+    h = empty_history()
+    h['served'] = {'url': url, 'at': NOW - ago}
+    return h
+
+
+@pytest.mark.parametrize('proof, history, action, words', [
+    # The look-alikes that are restarted: the service's process listens on the URL's port and does not answer...
+    (LISTENS, None, RESTART, 'its main process 4242 (systemd MainPID) listens on 127.0.0.1:8000'),
+    # ... or the instance was seen serving at this very URL before.
+    (NOWHERE, served(), RESTART, 'it was seen serving at this URL 1h00m ago'),
+    (UNKNOWN, served(), RESTART, 'it was seen serving at this URL'),
+    # No proof: a human, never a restart.
+    (None, None, FAIL, 'no process of the service can be found'),
+    (UNKNOWN, None, FAIL, 'the service manager names no main process'),
+    (NOWHERE, None, FAIL, 'listens on no TCP port'),
+    (ELSEWHERE, None, FAIL, 'listens on 127.0.0.1:28002, not on 127.0.0.1:8000'),
+    # A process that listens elsewhere outweighs an old sighting: the service moved, the URL is stale.
+    (ELSEWHERE, served(), FAIL, 'not on 127.0.0.1:8000'),
+    # Seen serving at another URL is no proof for this one.
+    (UNKNOWN, served('http://127.0.0.1:8001'), FAIL, 'never seen serving at this URL'),
+    # A sighting in the future (a forged history, a clock that went back) is none.
+    (UNKNOWN, served(ago=-86400), FAIL, 'never seen serving at this URL'),
+])
+def test_down_needs_proof_that_the_url_is_the_service(proof, history, action, words):
+    out = decide('down', RUNNING_LONG, history, NOW, S, url=URL, url_proof=proof)
+    assert out['action'] == action, out['reason']
+    assert words in out['reason']
+    if action == FAIL:
+        assert 'The URL may be wrong' in out['reason'] and out['history']['restarts'] == []
+
+
+def test_the_default_url_is_named_in_a_down_verdict():
+    out = decide('down', RUNNING_LONG, None, NOW, S, url=URL, url_proof=dict(UNKNOWN, default_url=True))
+    assert out['action'] == FAIL
+    assert "only the role's default fallback: no vllm_url, vllm_watchdog_url or instance url" in out['reason']
+    stopped = decide('down', STOPPED, None, NOW, S, url=URL, url_proof={'default_url': True})
+    assert stopped['action'] == RESTART and 'default fallback' in stopped['reason']
+
+
+def test_a_service_that_is_not_running_needs_no_proof_to_be_started():
+    assert decide('down', STOPPED, None, NOW, S, url=URL, url_proof=None)['action'] == RESTART
+
+
+def test_serving_is_remembered_per_url():
+    out = decide('busy', RUNNING_LONG, None, NOW, S, url=URL)
+    assert out['history']['served'] == {'url': URL, 'at': NOW}
+    later = decide('down', RUNNING_LONG, out['history'], NOW + 7200, S, url=URL, url_proof=UNKNOWN)
+    assert later['action'] == RESTART and 'seen serving at this URL 2h00m ago' in later['reason']
+    other = decide('down', RUNNING_LONG, out['history'], NOW + 7200, S, url='http://127.0.0.1:8001',
+                   url_proof=UNKNOWN)
+    assert other['action'] == FAIL
+
+
+def test_url_evidence_is_pure_and_says_why():
+    ok, words = url_evidence(LISTENS, {}, URL, NOW)
+    assert ok and 'listens on 127.0.0.1:8000' in words
+    ok, words = url_evidence({}, {}, URL, NOW)
+    assert not ok and 'never seen serving' in words
+
+
+# -- the ladder: restart, reboot (opt-in), a human (issue 17) --------------------------------------------------
+
+LADDER = dict(S, reboot=True, reboot_cooldown=21600, rehang_window=3600)
+XID = {'time': NOW - 60, 'kind': 'xid', 'line': 'NVRM: Xid (PCI:000f:01:00): 31, pid=4242, name=python3, MMU Fault'}
+NOMEM = {'time': NOW - 60, 'kind': 'nv_err_no_memory',
+         'line': 'NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY] (0x00000051)'}
+OOM = {'time': NOW - 60, 'kind': 'oom', 'line': 'Out of memory: Killed process 4242 (python3)'}
+
+
+def restarted(ago, state='stuck', step='restart', times=None):
+    h = hist(*(times if times is not None else [ago]))
+    h['last_step'] = {'step': step, 'at': NOW - ago, 'state': state}
+    if step == 'reboot':
+        h['reboots'] = [NOW - ago]
+    return h
+
+
+@pytest.mark.parametrize('state, history, settings, kernel, action, words', [
+    # The same hang back within the window after a restart: a reboot when on, else a human - never another restart.
+    ('stuck', restarted(1800), LADDER, None, REBOOT, 'stuck again 30m00s after a vLLM restart'),
+    ('stuck', restarted(1800), S, None, FAIL, 'the next step, a host reboot, is off (vllm_watchdog_reboot)'),
+    # After a reboot, the same hang back: a human.
+    ('stuck', restarted(1800, step='reboot'), LADDER, None, FAIL, 'neither a restart nor a reboot cleared'),
+    # Outside the window it is a new hang: restarted as before (cooldown and budget).
+    ('stuck', restarted(4000), LADDER, None, RESTART, 'restart: stuck (restart 2 of at most 3'),
+    # The window is off: as before the ladder existed.
+    ('stuck', restarted(1800), dict(LADDER, rehang_window=0), None, RESTART, 'restart: stuck'),
+    # A restart for down, then stuck: not the same hang.
+    ('stuck', restarted(1800, state='down'), LADDER, None, RESTART, 'restart: stuck'),
+    # Still within the start-up grace of the restart: nothing yet, whatever comes next.
+    ('stuck', restarted(300), LADDER, None, NONE, 'within the start-up grace'),
+    # A GPU error in the kernel log since vLLM was seen healthy: not restarted into it.
+    ('stuck', None, LADDER, [XID], REBOOT, 'the kernel log shows 1 GPU error(s)'),
+    ('stuck', None, S, [XID], FAIL, 'the GPU is not healthy'),
+    ('down', None, S, [NOMEM], FAIL, 'NV_ERR_NO_MEMORY'),
+    # ... but an out-of-memory kill is evidence, not a GPU error.
+    ('stuck', None, LADDER, [OOM], RESTART, 'restart: stuck'),
+    # A reboot counts against the budget and has its own cooldown.
+    ('stuck', restarted(1800, times=[1800, 5000, 9000]), LADDER, None, FAIL, 'the restart budget is spent'),
+    ('stuck', dict(restarted(1800), reboots=[NOW - 7200]), LADDER, None, FAIL, 'within the reboot cooldown'),
+])
+def test_the_ladder(state, history, settings, kernel, action, words):
+    service = STOPPED if state == 'down' else RUNNING_LONG
+    out = decide(state, service, history, NOW, settings, kernel=kernel, url=URL)
+    assert out['action'] == action, out['reason']
+    assert words in out['reason'], out['reason']
+    if action == REBOOT:
+        assert out['history']['restarts'][-1] == NOW and out['history']['reboots'][-1] == NOW
+        assert out['history']['last_step'] == {'step': REBOOT, 'at': NOW, 'state': state}
+    if action == RESTART:
+        assert out['history']['last_step'] == {'step': RESTART, 'at': NOW, 'state': state}
+
+
+def test_a_gpu_line_of_the_start_up_is_not_a_reason_vllm_56824():
+    """NV_ERR_NO_MEMORY lines also appear on healthy starts of a DGX Spark: only the lines after vLLM was first seen
+    healthy count (else after its start plus the start-up grace)."""
+    service = {'running': True, 'started_at': NOW - 7200, 'status': 'active/running'}
+    during_start = dict(NOMEM, time=NOW - 7000)
+    assert decide('stuck', service, None, NOW, LADDER, kernel=[during_start])['action'] == RESTART
+    healthy = empty_history()
+    healthy['healthy'] = {'at': NOW - 3000, 'start': NOW - 7200}
+    before_seen = dict(NOMEM, time=NOW - 3500)  # past the grace, but before it was seen healthy
+    assert decide('stuck', service, healthy, NOW, LADDER, kernel=[before_seen])['action'] == RESTART
+    after_seen = dict(NOMEM, time=NOW - 100)
+    assert decide('stuck', service, healthy, NOW, LADDER, kernel=[after_seen])['action'] == REBOOT
+    # Lines without a time, or with no start known at all, are never counted.
+    assert decide('stuck', {}, None, NOW, LADDER, kernel=[dict(XID, time=None)])['action'] == RESTART
+    assert gpu_errors([XID], None) == []
+
+
+def test_a_healthy_verdict_remembers_when_this_process_was_first_seen_healthy():
+    service = {'running': True, 'started_at': NOW - 7200, 'status': 'active/running'}
+    first = decide('idle', service, None, NOW, S)
+    assert first['history']['healthy'] == {'at': NOW, 'start': NOW - 7200}
+    again = decide('busy', service, first['history'], NOW + 600, S)
+    assert again['history']['healthy']['at'] == NOW  # the first sighting of this process stays
+    restarted_service = {'running': True, 'started_at': NOW + 1000, 'status': 'active/running'}
+    new = decide('idle', restarted_service, again['history'], NOW + 2000, S)
+    assert new['history']['healthy'] == {'at': NOW + 2000, 'start': NOW + 1000}
+
+
+def test_one_reboot_then_a_human():
+    """A hang that returns right after a restart leads to one reboot, then (the hang back again) a human."""
+    first = decide('stuck', RUNNING_LONG, None, NOW, LADDER)
+    assert first['action'] == RESTART
+    t = NOW + 1800
+    second = decide('stuck', {'running': True, 'started_at': NOW + 5, 'status': 'active/running'},
+                    first['history'], t, LADDER)
+    assert second['action'] == REBOOT, second['reason']
+    t2 = t + 1800
+    third = decide('stuck', {'running': True, 'started_at': t + 60, 'status': 'active/running'},
+                   second['history'], t2, LADDER)
+    assert third['action'] == FAIL and 'after a host reboot' in third['reason']
+    assert third['history']['restarts'] == [NOW, t]
+
+
+@pytest.mark.parametrize('settings, history, action, words', [
+    (LADDER, restarted(5), REBOOT, 'reboot the host: the memory did not come back'),
+    (S, restarted(5), FAIL, 'a host reboot, is off'),
+    (LADDER, restarted(5, times=[5, 1000, 2000]), FAIL, 'the restart budget is spent'),
+    (LADDER, dict(restarted(5), reboots=[NOW - 600]), FAIL, 'within the reboot cooldown'),
+])
+def test_memory_that_does_not_come_back_takes_the_next_step(settings, history, action, words):
+    out = decide_escalation(history, NOW, settings, 'the memory did not come back (MemAvailable 9.5 GiB)')
+    assert out['action'] == action, out['reason']
+    assert words in out['reason']
+    assert (NOW in out['history'].get('reboots', [])) == (action == REBOOT)
+
+
+@pytest.mark.parametrize('bad', [{'reboot': 'yes'}, {'reboot_cooldown': -1}, {'rehang_window': float('nan')},
+                                 {'reboot_cooldown': float('inf')}])
+def test_ladder_settings_that_are_not_in_range_are_refused(bad):
+    assert invalid_settings(dict(S, **bad))
 
 
 def test_a_history_nested_deeper_than_the_stack_is_damage_not_a_crash():

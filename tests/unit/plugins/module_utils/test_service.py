@@ -14,6 +14,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     run_argv,
     run_commands,
     service_status,
+    stop_start_commands,
 )
 
 COMPOSE = ['docker', 'compose', '--project-directory', '/srv/vllm']
@@ -43,12 +44,14 @@ def test_incomplete_settings_are_refused(method, kwargs):
 
 
 @pytest.mark.parametrize('rc, out, expected', [
-    (0, 'ActiveState=active\nSubState=running\nExecMainStartTimestamp=@1796004614\n',
-     {'running': True, 'started_at': '@1796004614', 'status': 'active/running'}),
-    (0, 'ActiveState=activating\nSubState=auto-restart\nExecMainStartTimestamp=@1796004614\n',
-     {'running': True, 'started_at': None, 'status': 'activating/auto-restart'}),
+    (0, 'ActiveState=active\nSubState=running\nExecMainStartTimestamp=@1796004614\nMainPID=4242\n',
+     {'running': True, 'started_at': '@1796004614', 'status': 'active/running', 'main_pid': 4242}),
+    (0, 'ActiveState=activating\nSubState=auto-restart\nExecMainStartTimestamp=@1796004614\nMainPID=0\n',
+     {'running': True, 'started_at': None, 'status': 'activating/auto-restart', 'main_pid': None}),
     (0, 'ActiveState=failed\nSubState=failed\nExecMainStartTimestamp=\n',
-     {'running': False, 'started_at': None, 'status': 'failed/failed'}),
+     {'running': False, 'started_at': None, 'status': 'failed/failed', 'main_pid': None}),
+    (0, 'ActiveState=active\nSubState=running\nMainPID=junk\n',
+     {'running': True, 'started_at': None, 'status': 'active/running', 'main_pid': None}),
     (1, '', {'running': None, 'started_at': None, 'status': 'systemctl show failed: boom'}),
     (0, 'garbage', {'running': None, 'started_at': None, 'status': 'systemctl show failed: boom'}),
 ])
@@ -57,18 +60,29 @@ def test_systemd_show(rc, out, expected):
 
 
 @pytest.mark.parametrize('rc, state, expected', [
-    (0, {'Status': 'running', 'Running': True, 'StartedAt': '2026-11-30T02:10:52.1Z'},
-     {'running': True, 'started_at': '2026-11-30T02:10:52.1Z', 'status': 'running'}),
+    (0, {'Status': 'running', 'Running': True, 'StartedAt': '2026-11-30T02:10:52.1Z', 'Pid': 4242},
+     {'running': True, 'started_at': '2026-11-30T02:10:52.1Z', 'status': 'running', 'main_pid': 4242}),
     (0, {'Status': 'restarting', 'Running': True, 'Restarting': True, 'StartedAt': 'x'},
-     {'running': True, 'started_at': None, 'status': 'restarting'}),
-    (0, {'Status': 'exited', 'Running': False, 'StartedAt': '2026-11-30T02:10:52Z'},
-     {'running': False, 'started_at': '2026-11-30T02:10:52Z', 'status': 'exited'}),
+     {'running': True, 'started_at': None, 'status': 'restarting', 'main_pid': None}),
+    (0, {'Status': 'exited', 'Running': False, 'StartedAt': '2026-11-30T02:10:52Z', 'Pid': 4242},
+     {'running': False, 'started_at': '2026-11-30T02:10:52Z', 'status': 'exited', 'main_pid': None}),
     (1, None, {'running': None, 'started_at': None, 'status': 'docker inspect failed: no such container'}),
     (0, 'not json', {'running': None, 'started_at': None, 'status': 'docker inspect failed: no such container'}),
 ])
 def test_docker_state(rc, state, expected):
     out = state if isinstance(state, str) else json.dumps(state) if state else ''
     assert parse_docker_state(rc, out, 'no such container') == expected
+
+
+@pytest.mark.parametrize('method, expected', [
+    ('systemd', ([['systemctl', 'stop', 'vllm']], [['systemctl', 'start', 'vllm']])),
+    ('docker', ([['docker', 'stop', 'vllm']], [['docker', 'start', 'vllm']])),
+    ('compose', ([['docker', 'compose', '--project-directory', '/srv/vllm', 'stop', 'vllm']],
+                 [['docker', 'compose', '--project-directory', '/srv/vllm', 'start', 'vllm']])),
+    ('command', None),
+])
+def test_stop_start_commands(method, expected):
+    assert stop_start_commands(method, 'vllm', '/srv/vllm') == expected
 
 
 def test_compose_asks_ps_then_inspects_the_container():

@@ -263,11 +263,12 @@ def test_restarts_total_only_grows(tmp_path):
     state = tmp_path / 'state'
     textfile = tmp_path / 'vllm_watchdog.prom'
     stuck = [{'name': 'vllm', 'verdict': {'state': 'stuck', 'reason': 'frozen'}, 'restart_method': 'command'}]
+    # rehang_window 0: a hang right after a restart is restarted again (by default the ladder asks a human instead).
     first = gate_raw(state, {'state_dir': str(state), 'instances': stuck, 'textfile': str(textfile),
-                             'startup_grace': 0, 'cooldown': 0})
+                             'startup_grace': 0, 'cooldown': 0, 'rehang_window': 0})
     assert first['instances'][0]['action'] == 'restart'
     gate_raw(state, {'state_dir': str(state), 'instances': stuck, 'textfile': str(textfile), 'startup_grace': 0,
-                     'cooldown': 0})
+                     'cooldown': 0, 'rehang_window': 0})
     assert 'vllm_watchdog_restarts_total{vllm_instance="vllm"} 2' in textfile.read_text()
 
 
