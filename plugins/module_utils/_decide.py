@@ -320,8 +320,11 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     if future:
         notes.append('%d restart time(s) in the future were ignored (a clock that went back, or a forged history)'
                      % len(future))
-    recent = [t for t in hist['restarts'] if now - t < window and t <= now + SKEW]
-    hist['restarts'] = recent
+    # Restarts count against the budget inside the restart window; the last one is kept while it is inside the
+    # start-up grace too (a window shorter than the grace must not let a restart 100 s ago pass for none).
+    kept = [t for t in hist['restarts'] if now - t < max(window, float(conf['startup_grace'])) and t <= now + SKEW]
+    recent = [t for t in kept if now - t < window]
+    hist['restarts'] = kept
     hist['last_check'] = now
     hist['last_state'] = state
     hist['unknown_streak'] = hist['unknown_streak'] + 1 if state == 'unknown' else 0
@@ -336,7 +339,7 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
             starts[label] = value
     started_at = max(starts.values()) if starts else None
     uptime = now - started_at if started_at is not None else None
-    last_restart = recent[-1] if recent else None
+    last_restart = kept[-1] if kept else None
     cooldown = required_cooldown(len(recent), float(conf['cooldown']))
     grace = float(conf['startup_grace'])
     healthy_at = healthy_since(hist, started_at, grace)
@@ -364,9 +367,10 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     def result(action, reason):
         out['action'] = action
         out['reason'] = reason + (' (%s)' % '; '.join(notes) if notes else '')
-        out['restarts_in_window'] = len(hist['restarts'])
-        out['budget_left'] = max(0, int(conf['max_restarts']) - len(hist['restarts']))
-        out['cooldown'] = required_cooldown(len(hist['restarts']), float(conf['cooldown']))
+        in_window = len([t for t in hist['restarts'] if now - t < window])
+        out['restarts_in_window'] = in_window
+        out['budget_left'] = max(0, int(conf['max_restarts']) - in_window)
+        out['cooldown'] = required_cooldown(in_window, float(conf['cooldown']))
         return out
 
     if failed_restart:

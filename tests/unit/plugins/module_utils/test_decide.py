@@ -129,6 +129,17 @@ def test_docker_start_time_string_feeds_the_grace():
     assert decide('stuck', service, None, 1796004652.5 + 901, S)['action'] == RESTART
 
 
+def test_a_restart_window_shorter_than_the_grace_still_keeps_the_grace():
+    """Found by the property test: a restart 100 s ago, outside a 60 s window but inside the 900 s grace."""
+    short = dict(S, restart_window=60, cooldown=0, max_restarts=1)
+    decision = decide('stuck', {}, hist(100), NOW, short)
+    assert decision['action'] == NONE and 'restarted 1m40s ago, within the start-up grace' in decision['reason']
+    assert decision['restarts_in_window'] == 0 and decision['budget_left'] == 1  # the budget counts the window only
+    assert decision['history']['restarts'] == [NOW - 100]  # kept for the next run's grace
+    later = decide('stuck', {}, decision['history'], NOW + 801, short)
+    assert later['action'] == RESTART and later['history']['restarts'] == [NOW + 801]  # past the grace: pruned
+
+
 # -- vLLM's own pause: never a restart, and a pause that never ends asks a human ----------------------------
 
 def test_paused_is_never_restarted_even_past_the_grace_and_with_budget():
