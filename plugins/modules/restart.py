@@ -245,7 +245,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     run_commands,
     stop_start_commands,
 )
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS, CheckError
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
 
 
 def main():
