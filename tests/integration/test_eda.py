@@ -7,7 +7,7 @@ down are scraped every second by a real Prometheus with the collection's rules r
 a real ansible-rulebook running the collection's rulebook (``modelops.vllm.vllm_stuck``) with the
 collection's Alertmanager source plugin. The rulebook runs the collection's watchdog playbook for
 the alerting host only; the watchdog checks the server itself and restarts it through the
-stand-ins of ``tests/standins/`` (``systemctl restart`` acting on the simulator). A real
+stand-ins of ``tests/standins/`` (``systemctl stop`` and ``start`` acting on the simulator). A real
 node_exporter serves the textfile the watchdog writes, and Prometheus scrapes its verdict.
 
 What it shows: the stuck alert fires for the hung server only; the hung server is restarted
@@ -217,7 +217,7 @@ def test_a_stuck_alert_restarts_that_server_once_through_ansible_rulebook(sim, t
         busy_host = eda.host_of("busy")
         assert list(second) == [busy_host] and second[busy_host]["failed"] == 0, second
         assert second[busy_host]["changed"] == 0, second  # nothing restarted
-        assert stack.standins.restarts() == [["systemctl", "restart", eda.service_of("hung")]]
+        assert stack.standins.restarts() == [["systemctl", "start", eda.service_of("hung")]]  # the one start, after its stop
         busy_verdicts = [json.loads(line) for line in
                          (stack.state_root / busy_host / "vllm.verdicts.jsonl").read_text().splitlines()]
         assert [(v["state"], v["action"]) for v in busy_verdicts] == [("busy", "none")], busy_verdicts

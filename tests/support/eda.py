@@ -537,7 +537,8 @@ class EdaStack:
             for alert in self.trigger_alerts_in_alertmanager():   # while it is active: its FiredAt
                 if alert["labels"].get("vllm_host") == host_of("hung"):
                     seen.setdefault((alert["labels"]["alertname"], alert["labels"].get("engine")), alert)
-            return [e for e in self.standins.restart_entries() if e["argv"] == ["systemctl", "restart", service_of("hung")]]
+            # the watchdog stops, waits for the memory, then starts: the start is the restart
+            return [e for e in self.standins.restart_entries() if e["argv"] == ["systemctl", "start", service_of("hung")]]
 
         prom.wait_until(restarted, "the stand-in's restart of %s" % service_of("hung"), timeout=timeout, interval=0.2,
                         describe=lambda: "alerts: %s\nstand-ins: %s\nstates: %s\n%s" % (
