@@ -509,6 +509,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as 
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
+from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     DEFAULTS,
     FAIL,
@@ -528,7 +529,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     service_status,
 )
 
-STATES = ['idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown']
+STATES = list(VERDICTS)  # every verdict a check can give, from the one list (_types)
 # The verdict's numbers kept in the verdict history and returned to the role.
 VERDICT_KEYS = ('state', 'reason', 'line', 'url', 'running', 'waiting', 'kv_cache_usage', 'steps_per_second',
                 'generation_tokens_per_second', 'restarted', 'version', 'model', 'stuck_engines', 'error', 'checked_at')

@@ -125,3 +125,16 @@ def test_the_types_are_imported_from_the_types_module():
             if isinstance(node, ast.ImportFrom) and (node.module or '').startswith(MODULE_UTILS + '.'):
                 if node.module != MODULE_UTILS + '._types':
                     assert not defined & set(alias.name for alias in node.names), (path, node.module)
+
+
+def test_the_gate_takes_the_verdict_list_from_types():
+    """The watchdog gate's verdicts (its ``state`` choices, its textfile's states) are _types.STATES, not a copy."""
+    path = os.path.join(REPO, 'plugins', 'modules', 'watchdog_gate.py')
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    imported = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names]
+    assert (MODULE_UTILS + '._types', 'STATES') in imported, imported
+    literals = [node for node in ast.walk(tree) if isinstance(node, (ast.List, ast.Tuple))
+                and {'idle', 'busy', 'stuck'} <= {getattr(e, 'value', None) for e in node.elts}]
+    assert not literals, [ast.unparse(node) for node in literals]  # no verdict list typed out again
