@@ -39,17 +39,24 @@ urllib.request.urlopen(req, timeout=10).read()
 '''
 
 
+def busy_and_stuck(sim):
+    """Two simulated servers with two requests each in flight: one busy, one hung (up for two hours: past
+    the start-up grace)."""
+    busy = sim.create(step_rate=50)
+    stuck = sim.create(step_rate=50, process_age=7200)
+    for server in (busy, stuck):
+        sim.start_load(server['id'], concurrency=2, max_tokens=10 ** 8)
+        sim.wait_for(server['id'], lambda s: sum(e['reported_running'] for e in s['engines']) == 2)
+    sim.set_state(stuck['id'], 'hang')
+    return busy, stuck
+
+
 def test_awx_example_under_ansible_runner(sim, tmp_path):
     """docs/awx.md's inventory, verbatim, under ansible-runner with the collection's watchdog playbook
     (what an AWX job runs), against a busy and a stuck server. Only the URLs, the restart method (a
     command that restarts the simulated server instead of systemctl) and short waits are set for
     this machine."""
-    busy = sim.create(step_rate=50)
-    stuck = sim.create(step_rate=50, process_age=7200)  # up for two hours: past the start-up grace
-    for server in (busy, stuck):
-        sim.start_load(server['id'], concurrency=2, max_tokens=10 ** 8)
-        sim.wait_for(server['id'], lambda s: sum(e['reported_running'] for e in s['engines']) == 2)
-    sim.set_state(stuck['id'], 'hang')
+    busy, stuck = busy_and_stuck(sim)
     found = examples('awx.md')
     inventory = yaml.safe_load(found['awx-inventory'])
     restarter = tmp_path / 'restart.py'
@@ -91,12 +98,7 @@ def test_watchdog_results_example_reads_the_fact_without_injected_facts(sim, tmp
     """docs/watchdog.md's play after the watchdog, verbatim, with INJECT_FACTS_AS_VARS=False (the 2.24
     default): it reads every host's results through ansible_facts, so the busy host's line and the restarted
     host are there, and no warning is printed. Written with the bare vllm_watchdog_results it would fail here."""
-    busy = sim.create(step_rate=50)
-    stuck = sim.create(step_rate=50, process_age=7200)  # up for two hours: past the start-up grace
-    for server in (busy, stuck):
-        sim.start_load(server['id'], concurrency=2, max_tokens=10 ** 8)
-        sim.wait_for(server['id'], lambda s: sum(e['reported_running'] for e in s['engines']) == 2)
-    sim.set_state(stuck['id'], 'hang')
+    busy, stuck = busy_and_stuck(sim)
     restarter = tmp_path / 'restart.py'
     restarter.write_text(RESTART)
     hosts = {}
