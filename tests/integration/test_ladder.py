@@ -36,35 +36,14 @@ import pytest
 import yaml
 
 from tests.support import servers
-from tests.support.ansible_run import run_playbook
+from tests.support.ansible_run import run_playbook, watchdog_role_play
 from tests.support.ports import bindable, span
 from tests.support.standins import HOST_REBOOT, Standins
 
 PORT_RANGE = span('ladder')
 GiB = 1024 * 1024  # kB
 
-# The role as playbooks/watchdog.yml runs it (become, the group vllm), and what it found and did saved even for a host
-# that fails for a human (a play whose every host failed ends the playbook: no later play would save it).
-WATCHDOG_PLAY = """
-- name: Watch vLLM servers, as playbooks/watchdog.yml does
-  hosts: vllm
-  gather_facts: false
-  become: true
-  tasks:
-    - name: The watchdog, then save its results whatever they are
-      block:
-        - name: The role
-          ansible.builtin.include_role:
-            name: modelops.vllm.watchdog
-      always:
-        - name: Save vllm_watchdog_results
-          ansible.builtin.copy:
-            content: "{{ vllm_watchdog_results | default(none) | to_json }}"
-            dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
-            mode: "0600"
-          delegate_to: localhost
-          check_mode: false
-"""
+WATCHDOG_PLAY = watchdog_role_play()
 
 FAST = {
     'vllm_watchdog_interval': 1,

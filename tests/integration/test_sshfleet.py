@@ -295,26 +295,6 @@ def test_a_second_fleet_runs_beside_and_stops_leaving_nothing(fleet, ssh_fleet):
 WATCHDOG_SSH_PORT = 25002
 WATCHDOG_FIRST_ADDRESS = "127.0.27.2"
 
-WATCHDOG_ROLE_PLAY = """
-- name: Watch vLLM servers over SSH, as playbooks/watchdog.yml does, with the stand-ins for systemctl
-  hosts: vllm
-  gather_facts: false
-  become: true
-  environment: {environment}
-  tasks:
-    - name: The watchdog, then save its results whatever they are
-      block:
-        - name: The role
-          ansible.builtin.include_role:
-            name: modelops.vllm.watchdog
-      always:
-        - name: Save vllm_watchdog_results
-          ansible.builtin.copy:
-            content: "{{{{ vllm_watchdog_results | default(none) | to_json }}}}"
-            dest: "{{{{ out_dir }}}}/{{{{ inventory_hostname }}}}.json"
-            mode: "0600"
-          delegate_to: localhost
-"""
 
 
 def test_a_misspelt_vllm_url_over_ssh_restarts_nothing_and_the_look_alikes_are_restarted(ssh_fleet, tmp_path):
@@ -343,7 +323,7 @@ def test_a_misspelt_vllm_url_over_ssh_restarts_nothing_and_the_look_alikes_are_r
     hosts[typo]["vllm_ulr"] = hosts[typo].pop("vllm_url")  # the typo
     path = tmp_path / "inventory-typo.json"
     path.write_text(json.dumps(inventory))
-    play = WATCHDOG_ROLE_PLAY.format(environment=json.dumps(env))
+    play = ansible_run.watchdog_role_play(environment=env)
 
     first = ansible_run.run_playbook(play, inventory=str(path), workdir=str(tmp_path / "run1"), args=["-f", "5"])
     assert first.rc == 2, first  # the typo needs a human

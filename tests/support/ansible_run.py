@@ -86,6 +86,35 @@ def run_playbook(playbook_text, args=(), extra_env=None, timeout=900, inventory=
     return Run(proc, seconds, outputs)
 
 
+WATCHDOG_ROLE_PLAY = """
+- name: Watch vLLM servers, as playbooks/watchdog.yml does
+  hosts: vllm
+  gather_facts: false
+  become: true
+%s  tasks:
+    - name: The watchdog, then save its results whatever they are
+      block:
+        - name: The role
+          ansible.builtin.include_role:
+            name: modelops.vllm.watchdog
+      always:
+        - name: Save vllm_watchdog_results
+          ansible.builtin.copy:
+            content: "{{ vllm_watchdog_results | default(none) | to_json }}"
+            dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
+            mode: "0600"
+          delegate_to: localhost
+          check_mode: false
+"""
+
+
+def watchdog_role_play(environment=None):
+    """The role as playbooks/watchdog.yml runs it (become, the group vllm), and what it found and did saved in
+    ``out_dir``/<host>.json even for a host that fails for a human (a play whose every host failed ends the
+    playbook: no later play would save it). ``environment``: the play's environment (the stand-ins' PATH)."""
+    return WATCHDOG_ROLE_PLAY % ('  environment: %s\n' % json.dumps(environment) if environment else '')
+
+
 def health_playbook(options, register_to='result.json'):
     """A playbook that runs modelops.vllm.health once with ``options`` and saves its result."""
     lines = ['- hosts: localhost', '  gather_facts: false', '  tasks:',
