@@ -296,7 +296,6 @@ WATCHDOG_SSH_PORT = 25002
 WATCHDOG_FIRST_ADDRESS = "127.0.27.2"
 
 
-
 def test_a_misspelt_vllm_url_over_ssh_restarts_nothing_and_the_look_alikes_are_restarted(ssh_fleet, tmp_path):
     """Issue 15: ``vllm_ulr`` instead of ``vllm_url`` on a busy host, over real SSH: the check falls back to
     http://127.0.0.1:8000, where nothing is, and the service manager says the unit runs for two hours. Nothing is
