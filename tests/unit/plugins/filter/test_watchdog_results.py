@@ -40,8 +40,8 @@ def test_the_filter_gives_what_the_gate_module_gives(gate, done, check_mode, unr
 
 def test_the_defaults_are_no_outcome_not_check_mode_reachable():
     out = watchdog_results(GATE, 'gb10-01', INSTANCES)
-    assert [(r['action'], r['failed'], r['unreachable']) for r in out] == [('restarted', False, False),
-                                                                          ('none', False, False)]
+    expected = [('restarted', False, False), ('none', False, False)]
+    assert [(r['action'], r['failed'], r['unreachable']) for r in out] == expected
     assert out[0]['line'] == 'gb10-01/chat: stuck - watchdog: restarted (restart: stuck)'
 
 

@@ -61,7 +61,7 @@ def test_no_health_within_the_timeout_is_not_ready_and_says_the_last_answer(heal
     (REFUSED, 'tiny', False, '/v1/models answered refused (connection refused) without the model tiny'),
 ])
 def test_the_model_must_be_listed(models, model, ok_, why):
-    result, _ = wait(FakeServer([expo()], models=models), timeout=10, delay=5, model=model)
+    result = wait(FakeServer([expo()], models=models), timeout=10, delay=5, model=model)[0]
     assert result['ok'] is ok_ and result['why'] == why
     if ok_:
         assert result['models'] == ['tiny']
@@ -70,7 +70,7 @@ def test_the_model_must_be_listed(models, model, ok_, why):
 def test_a_model_listed_later_is_waited_for():
     empty = ok(json.dumps({'object': 'list', 'data': []}))
     server = FakeServer([expo()], models=[empty, empty, MODELS])
-    result, _ = wait(server)
+    result = wait(server)[0]
     assert result['ok'] and result['polls'] == 3 and server.count('models') == 3
 
 
