@@ -64,6 +64,9 @@ def watchdog_gate_instances(instances, host=None, servers=None, missing=None):
         by_name = dict((s.get('name'), s) for s in servers if isinstance(s, dict))
     out = []
     for instance in instances:
+        if not isinstance(instance, dict) or not isinstance(instance.get('name'), str) or not instance['name']:
+            raise AnsibleFilterError('watchdog_gate_instances: every instance is a dict with a name, got %s'
+                                     % (type(instance).__name__ if not isinstance(instance, dict) else 'one without'))
         item = dict((key, instance[key]) for key in KEYS if instance.get(key) not in (None, '', [], False))
         if 'url_is_default' in item:
             item['url_is_default'] = str(item['url_is_default']).lower() in ('true', '1', 'yes')

@@ -75,8 +75,6 @@ def test_instances_that_are_not_a_list_are_a_clear_filter_error(instances):
     assert str(caught.value) == 'watchdog_gate_instances expects a list of instances'
 
 
-@pytest.mark.xfail(raises=(AttributeError, KeyError), reason='bug: an instance that is not a dict, or has no name '
-                   'while verdicts are given, raises a Python error, not an AnsibleFilterError')
 @pytest.mark.parametrize('instances', [['chat'], [{'url': 'http://h:1'}]])
 def test_instances_of_the_wrong_shape_are_a_clear_filter_error(instances):
     with pytest.raises(AnsibleFilterError):
