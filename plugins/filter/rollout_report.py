@@ -159,8 +159,8 @@ def report_line(host, what, error, took, check_mode, pause, would, before, after
         run = _commands(would)
         line = u'%s: would %s (check mode; now %s)%s' % (host, what, before.get('state', '?'), (': ' + run) if run else '')
     else:
-        line = u'%s: %s done in %s s; was %s, now %s (%s)' % (host, what, round(float(took), 1), before.get('state', '?'),
-                                                             after.get('state', '?'), after.get('reason', ''))
+        line = u'%s: %s done in %s s; was %s, now %s (%s)' % (
+            host, what, round(float(took), 1), before.get('state', '?'), after.get('state', '?'), after.get('reason', ''))
     if pause.get('found', False) and not pause.get('ours', True):
         line += u'; the watchdog was already paused here (not by a rollout): %s was left as it was' % (pause['path'],)
     return line

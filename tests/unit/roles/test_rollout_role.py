@@ -54,7 +54,7 @@ def test_every_watchdog_setting_is_mapped_once_and_only_in_the_defaults():
     defaults = load('defaults', 'main.yml')
     reading = {name: WATCHDOG_NAME.findall(str(default)) for name, default in defaults.items()}
     assert {name: found for name, found in reading.items() if found} == {
-        rollout: [watchdog] for rollout, watchdog, _, _ in MAPPING}
+        row[0]: [row[1]] for row in MAPPING}
     # The tasks, the role's own vars and the playbook read the rollout's settings only; the preflight refuses a host
     # with several watchdog instances (that is not a fallback).
     for parts in (('roles', 'rollout', 'tasks', 'main.yml'), ('roles', 'rollout', 'vars', 'main.yml'),
@@ -64,8 +64,8 @@ def test_every_watchdog_setting_is_mapped_once_and_only_in_the_defaults():
 
 
 @pytest.mark.parametrize('rollout, watchdog, convention, default', MAPPING)
-def test_a_shared_setting_is_the_watchdog_s_then_the_convention_then_its_own_default(rollout, watchdog, convention,
-                                                                                      default):
+def test_a_shared_setting_falls_back_to_the_watchdog_then_the_convention_then_its_default(
+        rollout, watchdog, convention, default):
     template = load('defaults', 'main.yml')[rollout]
     assert value(template) == default
     assert value(template, **{watchdog: 'from-the-watchdog'}) == 'from-the-watchdog'
