@@ -12,9 +12,8 @@ short_description: What is wrong with the settings of a restart method
 version_added: 0.1.0
 author: modelops.vllm maintainers (@modelops)
 description:
-  - Takes a restart method (V(systemd), V(docker), V(compose) or V(command), as M(modelops.vllm.restart) takes it in
-    O(modelops.vllm.restart#module:method)) and its settings, and returns what is wrong with them, one sentence each;
-    an empty list when nothing is.
+  - Takes a restart method (as M(modelops.vllm.restart) takes it in O(modelops.vllm.restart#module:method)) and its
+    settings, and returns what is wrong with them, one sentence each; an empty list when nothing is.
   - The methods and what each needs come from the collection's one table of restart methods, the one
     M(modelops.vllm.restart) and M(modelops.vllm.watchdog_gate) run. The P(modelops.vllm.rollout#role) role's preflight
     asserts with it.
@@ -34,7 +33,7 @@ options:
     type: list
     elements: str
   upgrade:
-    description: Check what an upgrade needs too (a plain V(docker) container is recreated by O(command) only).
+    description: Check what an upgrade needs too (for example the O(command) that recreates a plain container).
     type: bool
     default: false
 '''
