@@ -59,6 +59,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.modelops.vllm.plugins.module_utils import _decide
 from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._service import problems
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
 
@@ -68,7 +69,6 @@ LIMITS.update(_decide.LIMITS)
 LIMITS.update(_host.MEMORY_LIMITS)
 LIMITS.update(reboot_timeout=(0, 86400, False), evidence_timeout=(0, 10 ** 9, True))
 LIMITS.update(stall_window=WINDOW_LIMITS)
-METHODS = ('systemd', 'docker', 'compose', 'command')
 
 
 def _number(value):
@@ -91,15 +91,8 @@ def invalid(settings, instances):
                           % (key, 'from' if closed else 'greater than', low, high, settings[key]))
     for one in instances:
         name = one.get('name')
-        method = one.get('restart_method')
-        if method not in METHODS:
-            errors.append('%s: restart_method must be one of %s, got %r' % (name, ', '.join(METHODS), method))
-        elif method == 'command' and not one.get('restart_command'):
-            errors.append('%s: restart_method command needs restart_command (an argv list)' % name)
-        elif method != 'command' and not one.get('service'):
-            errors.append('%s: restart_method %s needs a service' % (name, method))
-        if method == 'compose' and not one.get('compose_project_dir'):
-            errors.append('%s: restart_method compose needs compose_project_dir' % name)
+        errors.extend('%s: %s' % (name, problem) for problem in problems(
+            one.get('restart_method'), one.get('service'), one.get('compose_project_dir'), one.get('restart_command')))
         if one.get('kind', 'backend') not in ('backend', 'proxy'):
             errors.append('%s: kind must be backend or proxy, got %r' % (name, one.get('kind')))
         if not str(one.get('url') or '').startswith(('http://', 'https://')):

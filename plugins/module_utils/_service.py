@@ -4,8 +4,14 @@
 
 """The service managers vLLM runs under: the exact commands, and what their answers mean.
 
-Private to this collection. The one table of commands per restart method, used by the
-watchdog (status, logs, restart) and the rollout (restart, upgrade); and pure parsers
+Private to this collection. ``TABLE`` is the one table of the restart methods (a ``Method`` each:
+its commands, the settings they need, its status parser, what names its main process), used by the
+watchdog (status, logs, restart), the rollout (restart, upgrade) and the checks of both roles'
+settings (``problems``); ``METHODS`` is the tuple of their names. ``restart_commands``,
+``stop_start_commands``, ``logs_command``, ``status_commands`` and ``service_status`` read the
+table. A new method is one more ``Method`` here (and the literal lists of names ansible-core needs in
+the modules' and roles' specs, which tests/unit/plugins/module_utils/test_service_table.py keeps
+equal to ``METHODS``). And pure parsers
 that turn ``systemctl show`` and ``docker inspect`` output into
 ``{'running': True/False/None, 'started_at': ..., 'status': str}`` for the decision.
 ``running`` is None when it cannot be known: then a ``down`` server is never restarted. ``main_pid``
@@ -30,7 +36,6 @@ import os
 import signal
 import subprocess
 
-METHODS = ('systemd', 'docker', 'compose', 'command')
 # Output kept of a command: its last characters.
 MAX_OUTPUT = 4000
 
@@ -39,64 +44,155 @@ class ServiceError(ValueError):
     """The settings of a method are incomplete (no service, no command)."""
 
 
-def _need(value, what, method):
-    if not value:
-        raise ServiceError('restart method %s needs %s' % (method, what))
-    return value
+class _Slot(object):
+    """Where a setting goes in a command of the table."""
+
+    __slots__ = ('key',)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __repr__(self):
+        return '<%s>' % self.key
 
 
-def _compose(project_dir, *rest):
-    return ['docker', 'compose', '--project-directory', _need(project_dir, 'compose_project_dir', 'compose')] + list(rest)
+SERVICE = _Slot('service')
+PROJECT = _Slot('compose_project_dir')
+LINES = _Slot('lines')
+# The operator's own argv (restart_command, status_command or logs_command), as a whole command.
+COMMAND = _Slot('command')
+
+
+class Need(object):
+    """A setting a method's commands need: ``key`` (service, compose_project_dir, command), what a check of the
+    settings says is missing (``setting``, the roles' and the filters' wording) and what the restart module says
+    (``module``)."""
+
+    __slots__ = ('key', 'setting', 'module')
+
+    def __init__(self, key, setting, module=None):
+        self.key = key
+        self.setting = setting
+        self.module = module or setting
+
+    def __repr__(self):
+        return 'Need(%r)' % self.key
+
+
+class Method(object):
+    """One restart method. Commands are lists of argv templates (an argv is a list of strings and slots, or
+    ``COMMAND``, the operator's own argv).
+
+    - ``needs``: the settings its restart needs, in the order they are asked for; ``upgrade_needs``: the further ones
+      an upgrade needs (none of ``needs``).
+    - ``restart``, ``upgrade``: the commands of a restart and of an upgrade (recreate with a new environment).
+    - ``stop``, ``start``: the restart split in two (the watchdog waits for the memory between them), or None.
+    - ``logs``: the argv whose output is the recent log; ``status``: the first argv that asks the service manager,
+      ``parse(run, rc, stdout, stderr)`` what its answer means, ``cannot_ask`` why it cannot be asked without
+      the settings.
+    - ``main_pid``: what names the service's main process (for the evidence of a hang), None when it has none.
+    """
+
+    __slots__ = ('name', 'needs', 'upgrade_needs', 'restart', 'upgrade', 'stop', 'start', 'logs', 'status', 'parse',
+                 'cannot_ask', 'main_pid')
+
+    def __init__(self, name, needs, restart, upgrade, stop, start, logs, status, parse, cannot_ask, main_pid,
+                 upgrade_needs=()):
+        self.name = name
+        self.needs = tuple(needs)
+        self.upgrade_needs = tuple(upgrade_needs)
+        self.restart = tuple(restart)
+        self.upgrade = tuple(upgrade)
+        self.stop = tuple(stop) if stop is not None else None
+        self.start = tuple(start) if start is not None else None
+        self.logs = logs
+        self.status = status
+        self.parse = parse
+        self.cannot_ask = cannot_ask
+        self.main_pid = main_pid
+
+    def __repr__(self):
+        return 'Method(%r)' % self.name
+
+
+def slots(argvs):
+    """The keys of the settings a list of argv templates uses."""
+    found = set()
+    for argv in argvs:
+        for part in ([argv] if argv is COMMAND else argv):
+            if isinstance(part, _Slot):
+                found.add(part.key)
+    return found
+
+
+def _fill(argv, values):
+    if argv is COMMAND:
+        return list(values['command'])
+    return [values[part.key] if isinstance(part, _Slot) else part for part in argv]
+
+
+def _values(service, compose_project_dir, command, lines=None):
+    return {'service': service, 'compose_project_dir': compose_project_dir, 'command': command, 'lines': lines}
+
+
+def _build(method, templates, values, needs):
+    """The commands of the templates; ServiceError names the first need (in the table's order) they use and lack."""
+    used = slots(templates)
+    for need in needs:
+        if need.key in used and not values[need.key]:
+            raise ServiceError('restart method %s needs %s' % (method.name, need.module))
+    return [_fill(argv, values) for argv in templates]
+
+
+def _built_or_none(argv, values):
+    """One argv of the table, or None when a setting it uses is not given."""
+    if argv is None or not all(values[key] for key in slots([argv])):
+        return None
+    return _fill(argv, values)
+
+
+def lookup(name):
+    """The Method of a name, or None (any value: a list is no method either)."""
+    return _BY_NAME.get(name) if name in METHODS else None
+
+
+def problems(method, service=None, compose_project_dir=None, command=None, upgrade=False):
+    """What is wrong with a method's settings, as sentences (empty: nothing): the check of the watchdog's instances
+    and of the rollout's preflight. ``upgrade`` adds what an upgrade needs too."""
+    if method not in METHODS:
+        return ['restart_method must be one of %s, got %r' % (', '.join(METHODS), method)]
+    one = _BY_NAME[method]
+    values = _values(service, compose_project_dir, command)
+    needs = one.needs + (one.upgrade_needs if upgrade else ())
+    return ['restart_method %s needs %s' % (one.name, need.setting) for need in needs if not values[need.key]]
 
 
 def restart_commands(method, service=None, compose_project_dir=None, command=None, upgrade=False):
     """The commands that restart (or, ``upgrade``, recreate with a new environment) the service, in order."""
-    if method == 'systemd':
-        unit = _need(service, 'a service (the unit)', method)
-        if upgrade:
-            return [['systemctl', 'daemon-reload'], ['systemctl', 'restart', unit]]
-        return [['systemctl', 'restart', unit]]
-    if method == 'docker':
-        if upgrade:
-            # A plain container keeps its image: only the operator's own command can recreate it.
-            return [list(_need(command, 'restart_command (your command that recreates the container)', method))]
-        return [['docker', 'restart', _need(service, 'a service (the container)', method)]]
-    if method == 'compose':
-        name = _need(service, 'a service (the compose service)', method)
-        if upgrade:
-            return [_compose(compose_project_dir, 'up', '-d', '--force-recreate', '--no-deps', name)]
-        return [_compose(compose_project_dir, 'restart', name)]
-    if method == 'command':
-        return [list(_need(command, 'restart_command', method))]
-    raise ServiceError('unknown restart method %r (one of %s)' % (method, ', '.join(METHODS)))
+    one = lookup(method)
+    if one is None:
+        raise ServiceError('unknown restart method %r (one of %s)' % (method, ', '.join(METHODS)))
+    values = _values(service, compose_project_dir, command)
+    if upgrade:
+        return _build(one, one.upgrade, values, one.upgrade_needs + one.needs)
+    return _build(one, one.restart, values, one.needs)
 
 
 def stop_start_commands(method, service=None, compose_project_dir=None):
     """(stop commands, start commands) of a method that has both (systemd, docker, compose), else None."""
-    if method == 'systemd':
-        unit = _need(service, 'a service (the unit)', method)
-        return [['systemctl', 'stop', unit]], [['systemctl', 'start', unit]]
-    if method == 'docker':
-        name = _need(service, 'a service (the container)', method)
-        return [['docker', 'stop', name]], [['docker', 'start', name]]
-    if method == 'compose':
-        name = _need(service, 'a service (the compose service)', method)
-        return [_compose(compose_project_dir, 'stop', name)], [_compose(compose_project_dir, 'start', name)]
-    return None
+    one = lookup(method)
+    if one is None or one.stop is None:
+        return None
+    values = _values(service, compose_project_dir, None)
+    _build(one, one.stop + one.start, values, one.needs)
+    return _build(one, one.stop, values, ()), _build(one, one.start, values, ())
 
 
 def logs_command(method, service=None, compose_project_dir=None, command=None, lines=200):
     """The command whose output is the service's recent log, or None."""
     lines = str(int(lines))
-    if method == 'systemd' and service:
-        return ['journalctl', '--unit', service, '--lines', lines, '--no-pager', '--output', 'short-iso']
-    if method == 'docker' and service:
-        return ['docker', 'logs', '--tail', lines, service]
-    if method == 'compose' and service and compose_project_dir:
-        return _compose(compose_project_dir, 'logs', '--no-color', '--tail', lines, service)
-    if method == 'command' and command:
-        return list(command)
-    return None
+    one = lookup(method)
+    return _built_or_none(one and one.logs, _values(service, compose_project_dir, command, lines))
 
 
 def parse_systemd_show(rc, stdout, stderr=''):
@@ -148,22 +244,99 @@ def parse_docker_state(rc, stdout, stderr=''):
     }
 
 
-def status_commands(method, service=None, compose_project_dir=None, command=None):
-    """The first command that asks the service manager (None: it cannot be asked)."""
-    if method == 'systemd' and service:
-        return ['systemctl', 'show', service, '--property=ActiveState', '--property=SubState',
-                '--property=ExecMainStartTimestamp', '--property=MainPID', '--timestamp=unix']
-    if method == 'docker' and service:
-        return _docker_inspect(service)
-    if method == 'compose' and service and compose_project_dir:
-        return _compose(compose_project_dir, 'ps', '--all', '--quiet', service)
-    if method == 'command' and command:
-        return list(command)
-    return None
+def _parse_compose(run, rc, out, err):
+    """``docker compose ps --all --quiet SERVICE``, then ``docker inspect`` of its first container."""
+    if rc != 0:
+        return {'running': None, 'started_at': None, 'status': 'docker compose ps failed: %s' % err.strip()[-200:]}
+    ids = out.split()
+    if not ids:
+        return {'running': False, 'started_at': None, 'status': 'no container'}
+    rc, out, err = run(_docker_inspect(ids[0]))
+    if rc is None:
+        return {'running': None, 'started_at': None, 'status': 'the service manager did not answer: %s' % err}
+    return parse_docker_state(rc, out, err)
+
+
+def _parse_command(run, rc, out, err):
+    """The operator's status_command: exit 0 is running."""
+    return {'running': rc == 0, 'started_at': None, 'status': 'status command exited %s' % rc}
+
+
+_INSPECT = ['docker', 'inspect', '--format', '{{json .State}}']
+_COMPOSE = ['docker', 'compose', '--project-directory', PROJECT]
+_CONTAINER_PID = 'the container\'s process, docker inspect .State.Pid'
 
 
 def _docker_inspect(container):
-    return ['docker', 'inspect', '--format', '{{json .State}}', container]
+    return _INSPECT + [container]
+
+
+TABLE = (
+    Method(
+        'systemd',
+        needs=[Need('service', 'a service', 'a service (the unit)')],
+        restart=[['systemctl', 'restart', SERVICE]],
+        upgrade=[['systemctl', 'daemon-reload'], ['systemctl', 'restart', SERVICE]],
+        stop=[['systemctl', 'stop', SERVICE]],
+        start=[['systemctl', 'start', SERVICE]],
+        logs=['journalctl', '--unit', SERVICE, '--lines', LINES, '--no-pager', '--output', 'short-iso'],
+        status=['systemctl', 'show', SERVICE, '--property=ActiveState', '--property=SubState',
+                '--property=ExecMainStartTimestamp', '--property=MainPID', '--timestamp=unix'],
+        parse=lambda run, rc, out, err: parse_systemd_show(rc, out, err),
+        cannot_ask='no service',
+        main_pid='systemd MainPID',
+    ),
+    Method(
+        'docker',
+        needs=[Need('service', 'a service', 'a service (the container)')],
+        restart=[['docker', 'restart', SERVICE]],
+        # A plain container keeps its image: only the operator's own command can recreate it.
+        upgrade=[COMMAND],
+        upgrade_needs=[Need('command', 'restart_command (your command that recreates the container)')],
+        stop=[['docker', 'stop', SERVICE]],
+        start=[['docker', 'start', SERVICE]],
+        logs=['docker', 'logs', '--tail', LINES, SERVICE],
+        status=_INSPECT + [SERVICE],
+        parse=lambda run, rc, out, err: parse_docker_state(rc, out, err),
+        cannot_ask='no service',
+        main_pid=_CONTAINER_PID,
+    ),
+    Method(
+        'compose',
+        needs=[Need('service', 'a service', 'a service (the compose service)'),
+               Need('compose_project_dir', 'compose_project_dir')],
+        restart=[_COMPOSE + ['restart', SERVICE]],
+        upgrade=[_COMPOSE + ['up', '-d', '--force-recreate', '--no-deps', SERVICE]],
+        stop=[_COMPOSE + ['stop', SERVICE]],
+        start=[_COMPOSE + ['start', SERVICE]],
+        logs=_COMPOSE + ['logs', '--no-color', '--tail', LINES, SERVICE],
+        status=_COMPOSE + ['ps', '--all', '--quiet', SERVICE],
+        parse=_parse_compose,
+        cannot_ask='no service',
+        main_pid=_CONTAINER_PID,
+    ),
+    Method(
+        'command',
+        needs=[Need('command', 'restart_command (an argv list)', 'restart_command')],
+        restart=[COMMAND],
+        upgrade=[COMMAND],
+        stop=None,  # one command: nothing to wait between
+        start=None,
+        logs=COMMAND,  # the logs_command
+        status=COMMAND,  # the status_command
+        parse=_parse_command,
+        cannot_ask='no status_command',
+        main_pid=None,
+    ),
+)
+METHODS = tuple(one.name for one in TABLE)
+_BY_NAME = dict((one.name, one) for one in TABLE)
+
+
+def status_commands(method, service=None, compose_project_dir=None, command=None):
+    """The first command that asks the service manager (None: it cannot be asked)."""
+    one = lookup(method)
+    return _built_or_none(one and one.status, _values(service, compose_project_dir, command))
 
 
 def service_status(run, method, service=None, compose_project_dir=None, command=None):
@@ -172,28 +345,15 @@ def service_status(run, method, service=None, compose_project_dir=None, command=
     ``run(argv)`` runs a command and returns (rc, stdout, stderr); rc None means it could not
     run (missing, timed out).
     """
+    one = lookup(method)
     first = status_commands(method, service, compose_project_dir, command)
     if first is None:
-        why = 'no status_command' if method == 'command' else 'no service'
+        why = one.cannot_ask if one is not None else 'no service'
         return {'running': None, 'started_at': None, 'status': 'cannot be asked (%s)' % why}
     rc, out, err = run(first)
     if rc is None:
         return {'running': None, 'started_at': None, 'status': 'the service manager did not answer: %s' % err}
-    if method == 'systemd':
-        return parse_systemd_show(rc, out, err)
-    if method == 'docker':
-        return parse_docker_state(rc, out, err)
-    if method == 'compose':
-        if rc != 0:
-            return {'running': None, 'started_at': None, 'status': 'docker compose ps failed: %s' % err.strip()[-200:]}
-        ids = out.split()
-        if not ids:
-            return {'running': False, 'started_at': None, 'status': 'no container'}
-        rc, out, err = run(_docker_inspect(ids[0]))
-        if rc is None:
-            return {'running': None, 'started_at': None, 'status': 'the service manager did not answer: %s' % err}
-        return parse_docker_state(rc, out, err)
-    return {'running': rc == 0, 'started_at': None, 'status': 'status command exited %s' % rc}
+    return one.parse(run, rc, out, err)
 
 
 def run_argv(argv, timeout=60, env=None, keep=MAX_OUTPUT):

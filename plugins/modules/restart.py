@@ -238,6 +238,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._ready import (
 )
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
+    METHODS,
     ServiceError,
     describe_failure,
     restart_commands,
@@ -253,7 +254,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             action=dict(type='str', default='restart', choices=['restart', 'upgrade', 'wait_ready']),
-            method=dict(type='str', default='systemd', choices=['systemd', 'docker', 'compose', 'command']),
+            method=dict(type='str', default='systemd', choices=list(METHODS)),
             service=dict(type='str'),
             compose_project_dir=dict(type='str'),
             restart_command=dict(type='list', elements='str'),
