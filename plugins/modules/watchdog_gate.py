@@ -506,6 +506,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modelops.vllm.plugins.module_utils import _evidence
 from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
+from ansible_collections.modelops.vllm.plugins.module_utils import _textfile
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
@@ -903,15 +904,11 @@ def write_textfile(module, results):
     p = module.params
     if not p['textfile'] or module.check_mode:
         return None
-    try:
-        statedir.write_text(p['textfile'], textfile_metrics(results, time.time()), mode=0o644)
-    except (statedir.StateError, OSError) as exc:
-        error = ('the textfile %s could not be written (%s): Prometheus gets no vllm_watchdog_* metric from this host, '
-                 'so no alert can fire on it' % (p['textfile'], exc))
+    error = _textfile.write(p['textfile'], results, time.time())
+    if error:
         # Never silent: a metric that never exists cannot alert on its absence.
         module.warn(error)
-        return error
-    return None
+    return error
 
 
 def _plain_name(name):
@@ -1048,53 +1045,6 @@ def main():
         facts['vllm_watchdog_results'] = watchdog_results({'instances': results, 'textfile_error': textfile_error},
                                                           p['host'], items, check_mode=module.check_mode)
     module.exit_json(changed=False, instances=results, textfile_error=textfile_error, ansible_facts=facts)
-
-
-TEXTFILE_STATES = STATES + ['unreachable']
-TEXTFILE_ACTIONS = ('none', 'restart', 'reboot', 'fail')
-
-
-def _label(value):
-    return str(value).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
-
-
-def _int(value):
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def textfile_metrics(results, now):
-    """The watchdog's verdicts in the Prometheus text format, for node_exporter's textfile collector."""
-    lines = []
-
-    def family(name, kind, text):
-        lines.append('# HELP %s %s' % (name, text))
-        lines.append('# TYPE %s %s' % (name, kind))
-
-    family('vllm_watchdog_verdict', 'gauge', 'The verdict of the vLLM watchdog\'s last check: 1 for the state it found.')
-    for r in results:
-        for state in TEXTFILE_STATES:
-            lines.append('vllm_watchdog_verdict{vllm_instance="%s",state="%s"} %d'
-                         % (_label(r['name']), state, 1 if r.get('state') == state else 0))
-    family('vllm_watchdog_action', 'gauge', 'What the vLLM watchdog decided on its last run: 1 for the action.')
-    for r in results:
-        for action in TEXTFILE_ACTIONS:
-            lines.append('vllm_watchdog_action{vllm_instance="%s",action="%s"} %d'
-                         % (_label(r['name']), action, 1 if r.get('action') == action else 0))
-    family('vllm_watchdog_needs_human', 'gauge', 'Whether the vLLM watchdog stopped and asks a human (1).')
-    for r in results:
-        lines.append('vllm_watchdog_needs_human{vllm_instance="%s"} %d' % (_label(r['name']), 1 if r.get('action') == FAIL else 0))
-    family('vllm_watchdog_restarts_total', 'counter', 'Restarts of vLLM the vLLM watchdog decided, ever.')
-    for r in results:
-        total = (r.get('history') or {}).get('restarts_total', 0)
-        lines.append('vllm_watchdog_restarts_total{vllm_instance="%s"} %d' % (_label(r['name']), _int(total)))
-    family('vllm_watchdog_reboots_total', 'counter', 'Host reboots the vLLM watchdog decided for this instance, ever.')
-    for r in results:
-        total = (r.get('history') or {}).get('reboots_total', 0)
-        lines.append('vllm_watchdog_reboots_total{vllm_instance="%s"} %d' % (_label(r['name']), _int(total)))
-    family('vllm_watchdog_last_run_timestamp_seconds', 'gauge', 'When the vLLM watchdog last ran, in seconds since the epoch.')
-    for r in results:
-        lines.append('vllm_watchdog_last_run_timestamp_seconds{vllm_instance="%s"} %.3f' % (_label(r['name']), now))
-    return '\n'.join(lines) + '\n'
 
 
 if __name__ == '__main__':
