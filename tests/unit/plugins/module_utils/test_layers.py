@@ -92,7 +92,7 @@ def test_what_reads_urls_and_answers_does_not_load_the_decision_procedure(name):
     assert '_verdict' not in reachable(name), (name, sorted(reachable(name)))
 
 
-@pytest.mark.parametrize('name', ['_textfile'])
+@pytest.mark.parametrize('name', ['_gate', '_textfile'])
 def test_the_watchdog_side_does_not_load_the_check(name):
     assert not {'_verdict', '_check', '_http', '_prometheus', '_readings', '_stall'} & reachable(name), (
         name, sorted(reachable(name)))
