@@ -58,21 +58,9 @@ VERDICT_KEYS = ('state', 'reason', 'line', 'url', 'running', 'waiting', 'kv_cach
                 'generation_tokens_per_second', 'restarted', 'version', 'model', 'stuck_engines', 'error', 'checked_at')
 
 
-def _paths(state_dir, name):
-    join = os.path.join
-    return {
-        'lock': join(state_dir, '%s.lock' % name),
-        'history': join(state_dir, '%s.json' % name),
-        'failed': join(state_dir, '%s.restart-failed' % name),
-        'verdicts': join(state_dir, '%s.verdicts.jsonl' % name),
-        'pauses': (join(state_dir, '%s.paused' % name), join(state_dir, 'paused')),
-        'evidence': join(state_dir, 'evidence'),
-    }
-
-
 def _pause_note(paths):
     """'pause file PATH: first line' when a pause file (of any kind) exists, else None."""
-    for path in paths['pauses']:
+    for path in (paths['instance_paused'], paths['paused']):
         if statedir.exists(path):
             first = statedir.first_line(path)
             return 'pause file %s%s' % (path, ': %s' % first if first else '')
@@ -129,7 +117,7 @@ def _stamp(now, fmt='%Y-%m-%dT%H:%M:%SZ'):
 
 
 class Gate(object):
-    """One run of the gate on one host (see the module's docstring for ``params``, ``run`` and ``clock``)."""
+    """One run of the gate on one host (this file's docstring says what ``params``, ``run`` and ``clock`` are)."""
 
     def __init__(self, params, check_mode=False, run=run_argv, clock=time.time):
         self.p = params
@@ -213,7 +201,7 @@ class Gate(object):
 
     def one(self, item, verdict):
         name = item['name']
-        paths = _paths(self.p['state_dir'], name)
+        paths = statedir.paths(self.p['state_dir'], name)
         verdict = verdict if isinstance(verdict, dict) else {}
         state = verdict.get('state') if verdict.get('state') in STATES else 'unknown'
         out = {'name': name, 'state': state, 'reason': str(verdict.get('reason') or '')[:1000],
@@ -370,7 +358,7 @@ class Gate(object):
 
     def record_failure(self, name, error):
         """Record that the restart of ``name`` failed: the sentence that says so."""
-        paths = _paths(self.p['state_dir'], name)
+        paths = statedir.paths(self.p['state_dir'], name)
         error = self.redact(error)[:1000]
         if not self.check_mode:
             statedir.write_text(paths['failed'], json.dumps({'at': self.clock(), 'error': error}) + '\n')
@@ -383,7 +371,7 @@ class Gate(object):
         history)."""
         p = self.p
         why = self.redact(why)[:600]
-        paths = _paths(p['state_dir'], name)
+        paths = statedir.paths(p['state_dir'], name)
         fd = statedir.open_lock(paths['lock'])
         try:
             if statedir.lock(fd, p['lock_timeout']) is None:
@@ -419,11 +407,10 @@ def results_from_histories(state_dir, names):
     out = []
     for name in names:
         try:
-            history, dummy = load_history(statedir.read_text(_paths(state_dir, name)['history']))
+            history, dummy = load_history(statedir.read_text(statedir.paths(state_dir, name)['history']))
         except (statedir.StateError, OSError):
             history = None
         history = history or {}
         out.append({'name': name, 'state': history.get('last_state') or 'unknown',
                     'action': history.get('last_action') or 'none', 'history': history})
     return out
-

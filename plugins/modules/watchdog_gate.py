@@ -692,5 +692,6 @@ def main():
     else:
         decide_instances(module, gate, items, verdicts, missing_why)
 
+
 if __name__ == '__main__':
     main()

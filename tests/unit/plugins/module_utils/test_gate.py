@@ -70,10 +70,10 @@ def lines(path):
     ('idle', 7200, 'none', '', []),  # a healthy server: the service manager is not asked
     ('unknown', 7200, 'none', '', []),
 ])
-def test_one_instance_decided_from_the_runner_s_answer_at_the_clock_s_time(tmp_path, state, started_ago, action,
-                                                                             words, asked):
-    gate, runner, clock, statedir = make(tmp_path, {'systemctl': systemd(START - started_ago),
-                                                     'journalctl': (0, 'log line 1\nlog line 2\n', '')})
+def test_one_instance_decided_from_the_runner_s_answer_at_the_clock_s_time(tmp_path, state, started_ago, action, words,
+                                                                             asked):
+    answers = {'systemctl': systemd(START - started_ago), 'journalctl': (0, 'log line 1\nlog line 2\n', '')}
+    gate, runner, clock, statedir = make(tmp_path, answers)
     result = gate.run([item(verdict={'state': state, 'reason': 'why'})], {}, None)[0]
     assert result['action'] == action, result
     assert words in result['decision']
@@ -91,8 +91,8 @@ def test_one_instance_decided_from_the_runner_s_answer_at_the_clock_s_time(tmp_p
 
 
 def test_a_restart_keeps_the_evidence_with_the_service_s_log_named_by_the_clock(tmp_path):
-    gate, runner, clock, statedir = make(tmp_path, {'systemctl': systemd(START - 7200),
-                                                     'journalctl': (0, 'old\n' + 'the last line\n', '')}, log_lines=1)
+    answers = {'systemctl': systemd(START - 7200), 'journalctl': (0, 'old\n' + 'the last line\n', '')}
+    gate, runner, clock, statedir = make(tmp_path, answers, log_lines=1)
     result = gate.run([item(verdict={'state': 'stuck', 'reason': 'frozen'})], {}, None)[0]
     assert result['action'] == 'restart'
     stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(START))
