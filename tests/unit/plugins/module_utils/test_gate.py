@@ -70,8 +70,8 @@ def lines(path):
     ('idle', 7200, 'none', '', []),  # a healthy server: the service manager is not asked
     ('unknown', 7200, 'none', '', []),
 ])
-def test_one_instance_decided_from_the_runner_s_answer_at_the_clock_s_time(tmp_path, state, started_ago, action, words,
-                                                                             asked):
+def test_one_instance_decided_from_the_runner_s_answer_at_the_clock_s_time(
+        tmp_path, state, started_ago, action, words, asked):
     answers = {'systemctl': systemd(START - started_ago), 'journalctl': (0, 'log line 1\nlog line 2\n', '')}
     gate, runner, clock, statedir = make(tmp_path, answers)
     result = gate.run([item(verdict={'state': state, 'reason': 'why'})], {}, None)[0]
