@@ -13,6 +13,7 @@ directory holds, so it trusts nothing in it:
   would block a reader forever), and are read up to a bound (``read_text``);
 * the lock file is created without following a planted link (``open_lock``), and the
   lock is waited for with a timeout;
+* the layout of the directory is spelled once (``paths``);
 * files are replaced atomically (``write_text``) and logs rotated at a size bound
   (``append_line``), each line appended on a line of its own even after a cut one; ``json_lines`` reads
   such a log and names the lines that are damaged instead of stopping at them.
@@ -38,6 +39,30 @@ _CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
 
 class StateError(Exception):
     """The state directory or a file in it cannot be trusted or used."""
+
+
+def paths(state_dir, name=None):
+    """The watchdog's files in ``state_dir``, the one place their names are spelled.
+
+    Always the host's: ``paused`` (the pause file of every instance), ``evidence`` (the directory of the hangs'
+    evidence), ``checks`` (the background checks' results). With an instance ``name`` (a plain file name) also
+    its own: ``lock``, ``history`` (``<name>.json``), ``failed`` (``<name>.restart-failed``), ``verdicts``
+    (``<name>.verdicts.jsonl``, rotated to ``.1``, ``.2``) and ``instance_paused`` (``<name>.paused``)."""
+    join = os.path.join
+    out = {
+        'paused': join(state_dir, 'paused'),
+        'evidence': join(state_dir, 'evidence'),
+        'checks': join(state_dir, 'checks'),
+    }
+    if name is not None:
+        out.update({
+            'lock': join(state_dir, '%s.lock' % name),
+            'history': join(state_dir, '%s.json' % name),
+            'failed': join(state_dir, '%s.restart-failed' % name),
+            'verdicts': join(state_dir, '%s.verdicts.jsonl' % name),
+            'instance_paused': join(state_dir, '%s.paused' % name),
+        })
+    return out
 
 
 def _owner_ok(st):

@@ -496,406 +496,89 @@ waited_for_lock:
   sample: 0.0
 '''
 
-import json
 import math
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.modelops.vllm.plugins.module_utils import _evidence
-from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
-from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
+from ansible_collections.modelops.vllm.plugins.module_utils import _textfile
+from ansible_collections.modelops.vllm.plugins.module_utils._decide import DEFAULTS, FAIL, REBOOT, invalid_settings
+from ansible_collections.modelops.vllm.plugins.module_utils._gate import Gate, results_from_histories
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS
-from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
-    DEFAULTS,
-    FAIL,
-    HEALTHY,
-    NONE,
-    REBOOT,
-    RESTART,
-    decide,
-    decide_escalation,
-    invalid_settings,
-    load_history,
-    parse_started_at,
-)
-from ansible_collections.modelops.vllm.plugins.module_utils._service import (
-    logs_command,
-    run_argv,
-    service_status,
-)
 
 STATES = list(VERDICTS)  # every verdict a check can give, from the one list (_types)
-# The verdict's numbers kept in the verdict history and returned to the role.
-VERDICT_KEYS = ('state', 'reason', 'line', 'url', 'running', 'waiting', 'kv_cache_usage', 'steps_per_second',
-                'generation_tokens_per_second', 'restarted', 'version', 'model', 'stuck_engines', 'error', 'checked_at')
 
 
-def _paths(state_dir, name):
-    join = os.path.join
-    return {
-        'lock': join(state_dir, '%s.lock' % name),
-        'history': join(state_dir, '%s.json' % name),
-        'failed': join(state_dir, '%s.restart-failed' % name),
-        'verdicts': join(state_dir, '%s.verdicts.jsonl' % name),
-        'pauses': (join(state_dir, '%s.paused' % name), join(state_dir, 'paused')),
-        'evidence': join(state_dir, 'evidence'),
-    }
+def invalid(p):
+    """What is wrong with the settings (the decision's, then the gate's own bounds)."""
+    errors = invalid_settings(dict((key, p[key]) for key in DEFAULTS))
+    for key, low in (('lock_timeout', 0), ('status_timeout', 0), ('results_timeout', 0), ('log_lines', 0),
+                     ('history_max_bytes', 4096), ('evidence_timeout', 0)):
+        value = p[key]
+        if math.isnan(value) or not low <= value <= 10 ** 9:
+            errors.append('%s must be a number from %s to 1e9, got %r' % (key, low, value))
+    return errors
 
 
-def _pause_note(paths):
-    """'pause file PATH: first line' when a pause file (of any kind) exists, else None."""
-    for path in paths['pauses']:
-        if statedir.exists(path):
-            first = statedir.first_line(path)
-            return 'pause file %s%s' % (path, ': %s' % first if first else '')
-    return None
+def items_of(p):
+    """The instances this run is about, in the gate's form, whatever the mode."""
+    if p['name'] is not None:
+        return [{'name': p['name'], 'kind': 'backend', 'restart_method': 'systemd', 'given_service': p['service'],
+                 'process_start_time': p['process_start_time'],
+                 'verdict': {'state': p['state'], 'reason': p['reason']}}]
+    if p['instances'] is not None:
+        return p['instances']
+    if p['escalate'] is not None:
+        return [{'name': p['escalate']['name']}]
+    return [{'name': p['record_failure']['name']}]
 
 
-def _reads(verdict):
-    reads = ((verdict or {}).get('evidence') or {}).get('reads') or []
-    return [read for read in reads if isinstance(read, dict)] if isinstance(reads, list) else []
-
-
-def _process_start(verdict):
-    for read in reversed(_reads(verdict)):
-        if read.get('process_start_time') is not None:
-            return read['process_start_time']
-    return None
-
-
-def _last_read(verdict):
-    """The last read of the check (its start time and per-engine counters), so that the restart can tell the process
-    that answers after it from this one (modelops.vllm.restart's old_reading)."""
-    reads = _reads(verdict)
-    if not reads:
-        return None
-    last = reads[-1]
-    engines = last.get('engines') if isinstance(last.get('engines'), dict) else {}
-    return {'process_start_time': last.get('process_start_time'),
-            'engines': dict((key, {'counters': (numbers or {}).get('counters') or {}})
-                            for key, numbers in engines.items() if isinstance(numbers, dict))}
-
-
-def _count_step(hist, action):
-    """Counts that only grow, for the node_exporter textfile (the lists of the history keep the window only)."""
-    for key, step in (('restarts_total', RESTART), ('reboots_total', REBOOT)):
-        total = hist.get(key)
-        total = total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else 0
-        hist[key] = total + (1 if action == step else 0)
-
-
-def _failed_restart(text):
-    if text is None:
-        return None
+def record_failure(module, gate):
+    """record_failure: the restart of one instance failed; recorded, nothing else decided."""
+    p = module.params
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        data = None
-    if not isinstance(data, dict):
-        data = {'error': 'the record of a failed restart cannot be read'}
-    return data
+        reason = gate.record_failure(p['record_failure']['name'], p['record_failure']['error'])
+    except (statedir.StateError, OSError) as exc:
+        module.fail_json(msg='cannot record the failed restart: %s' % exc)
+    module.exit_json(changed=not module.check_mode, action=FAIL, reason=reason)
 
 
-class Gate(object):
-    """One run of the gate on one host."""
-
-    def __init__(self, module):
-        self.module = module
-        self.p = module.params
-        self.settings = dict((key, self.p[key]) for key in DEFAULTS)
-        self.check_mode = module.check_mode
-        # Every spelling of the configured secrets: masked (with vLLM's own spellings of a key) in all that is
-        # kept or returned.
-        self.spellings = forms([item.get('api_key') for item in self.p['instances'] or []])
-        self._kernel = None
-
-    def redact(self, value):
-        return redact(value, self.spellings)
-
-    def run_cmd(self, argv):
-        return run_argv(argv, timeout=self.p['status_timeout'])
-
-    def service_of(self, item, state):
-        if item.get('given_service') is not None:
-            return item['given_service']
-        if state not in ('stuck', 'down'):
-            return {}
-        return service_status(self.run_cmd, item['restart_method'], item.get('service'),
-                              item.get('compose_project_dir'), item.get('status_command'))
-
-    def kernel(self):
-        """The kernel log's lines that matter, read once per gate run (only for a stuck or down instance)."""
-        if self._kernel is None:
-            path = self.p['kernel_log']
-            self._kernel = _host.read_kernel_log(path, timeout=10.0) if path else {'error': 'off'}
-        return self._kernel
-
-    def processes(self, item, service):
-        """(main pid, the service's processes, how they were found): from the service manager's main process, else
-        (a command method) the processes that listen on the URL's port on this host."""
-        pid = service.get('main_pid')
-        if pid:
-            how = {'systemd': 'systemd MainPID', 'docker': 'the container\'s process, docker inspect .State.Pid',
-                   'compose': 'the container\'s process, docker inspect .State.Pid'}.get(item['restart_method'], '?')
-            return pid, _host.tree(pid), how
-        host, port = _host.url_endpoint(item.get('url'))
-        if not port:
-            return None, [], 'the URL names no port'
-        listening = _host.listener_pids(port, _host.addresses_of(host))
-        roots = [p for p in listening if (_host.proc_stat(p) or (0, ''))[0] not in listening]
-        pids = []
-        for root in roots[:4]:
-            pids.extend(p for p in _host.tree(root) if p not in pids)
-        return None, pids, 'the processes that listen on the URL\'s port %s' % port
-
-    def url_proof(self, item, service):
-        """What shows (or not) that the URL is the service that runs (see _decide.url_evidence)."""
-        host, port = _host.url_endpoint(item.get('url'))
-        proof = {'default_url': bool(item.get('url_is_default')), 'listens': None}
-        if not port:
-            proof['why'] = 'the URL names no port'
-            return proof
-        addresses = _host.addresses_of(host)
-        proof['endpoint'] = _host.endpoint(addresses[0] if addresses else host, port)
-        pid = service.get('main_pid')
-        if not pid:
-            proof['why'] = 'the service manager names no main process of the service (%s)' % (
-                'the command method has none' if item['restart_method'] == 'command' else 'MainPID is 0')
-            return proof
-        pids = _host.tree(pid)
-        if not pids:
-            proof['why'] = 'its main process %d is not there' % pid
-            return proof
-        found, same = _host.listeners(pids)
-        proof['process'] = 'its main process %d (%s)' % (pid, self.processes(item, service)[2])
-        proof['listening_on'] = sorted(set(_host.endpoint(f['address'], f['port']) for f in found))[:5]
-        if same is not True:
-            proof['why'] = ('%s runs in a network namespace of its own (a container): its ports are not the URL\'s'
-                            % proof['process']) if same is False else 'its network namespace cannot be read'
-            proof['listening_on'] = []
-            return proof
-        proof['listens'] = any(f['port'] == port and _host.matches(f['address'], addresses) for f in found)
-        return proof
-
-    def one(self, item, verdict):
-        name = item['name']
-        paths = _paths(self.p['state_dir'], name)
-        verdict = verdict if isinstance(verdict, dict) else {}
-        state = verdict.get('state') if verdict.get('state') in STATES else 'unknown'
-        out = {'name': name, 'state': state, 'reason': str(verdict.get('reason') or '')[:1000],
-               'verdict': dict((k, verdict.get(k)) for k in VERDICT_KEYS if k in verdict), 'service': {},
-               'paused': False, 'evidence_file': None, 'history_file': paths['history'], 'waited_for_lock': 0.0,
-               'restarts_in_window': 0, 'budget_left': None, 'cooldown': 0.0, 'uptime': None}
-        if verdict.get('error'):
-            out.update(action=FAIL, decision='the check cannot run as configured: %s' % str(verdict['error'])[:500])
-            return self.finish(out, paths, None)
-        if item.get('kind') == 'proxy':
-            out.update(action=NONE, decision='a proxy is checked by GET /v1/models only and never restarted by this '
-                                             'role; watch its backends directly')
-            return self.finish(out, paths, None)
-        service = self.service_of(item, state)
-        out['service'] = service
-        process_start = item.get('process_start_time') or _process_start(verdict)
-        out['verdict']['process_start_time'] = process_start
-        out['verdict']['last_read'] = _last_read(verdict)
-        fd = None
-        try:
-            if not self.check_mode or statedir.exists(paths['lock']):
-                fd = statedir.open_lock(paths['lock'])
-                waited = statedir.lock(fd, self.p['lock_timeout'])
-                if waited is None:
-                    out.update(action=FAIL, decision='another watchdog run holds %s for more than %s s'
-                               % (paths['lock'], self.p['lock_timeout']))
-                    return self.finish(out, paths, None)
-                out['waited_for_lock'] = round(waited, 3)
-            # The pause is read under the lock: a rollout that pauses the watchdog and then waits for
-            # this lock knows that no restart is decided after its pause.
-            pause_note = _pause_note(paths)
-            paused = self.p['paused'] or pause_note is not None
-            history, damage = load_history(statedir.read_text(paths['history']))
-            if damage:
-                out.update(action=FAIL, paused=paused,
-                           decision='the restart history %s cannot be trusted (%s): a human must look; the '
-                                    'watchdog does not restart without it. Move it away to start a fresh restart '
-                                    'budget' % (paths['history'], damage))
-                return self.finish(out, paths, None)
-            failed = _failed_restart(statedir.read_text(paths['failed']))
-            proof = kernel = None
-            if state == 'down' and service.get('running'):
-                proof = self.url_proof(item, service)
-                out['url_proof'] = proof
-            elif state == 'down':
-                proof = {'default_url': bool(item.get('url_is_default'))}
-            if state in ('stuck', 'down'):
-                kernel = self.kernel().get('lines')
-            decision = decide(state, service, history, time.time(), self.settings, paused=paused,
-                              process_start=process_start, failed_restart=failed, url=item.get('url'),
-                              url_proof=proof, kernel=kernel)
-            reason = decision['reason']
-            if pause_note:
-                reason += ' (%s)' % pause_note
-            if failed and decision['action'] == FAIL:
-                reason += '. When it serves again, or to let the watchdog try again, remove %s' % paths['failed']
-            out.update(action=decision['action'], decision=reason, paused=paused,
-                       restarts_in_window=decision['restarts_in_window'], budget_left=decision['budget_left'],
-                       cooldown=decision['cooldown'], uptime=decision['uptime'], history=decision['history'])
-            hist = decision['history']
-            hist['last_reason'] = out['reason'][:500]
-            hist['last_action'] = decision['action']
-            if decision.get('gpu_errors'):
-                out['gpu_errors'] = decision['gpu_errors']
-            _count_step(hist, decision['action'])
-            if not self.check_mode:
-                statedir.write_text(paths['history'], json.dumps(hist, indent=1, sort_keys=True) + '\n')
-                if failed and state in HEALTHY:
-                    statedir.remove(paths['failed'])
-        finally:
-            if fd is not None:
-                os.close(fd)  # releases the lock, after the history is on disk
-        return self.finish(out, paths, verdict)
-
-    def finish(self, out, paths, verdict):
-        """Append the verdict line, keep the evidence of a restart; nothing in check mode."""
-        if self.check_mode:
-            return out
-        record = {'time': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), 'state': out['state'],
-                  'reason': out['reason'][:500], 'action': out['action'], 'decision': out['decision'][:500]}
-        for key in ('running', 'waiting', 'kv_cache_usage', 'steps_per_second', 'generation_tokens_per_second'):
-            record[key] = out['verdict'].get(key)
-        record['probe'] = ((verdict or {}).get('probe') or {}).get('outcome')
-        try:
-            statedir.append_line(paths['verdicts'], json.dumps(self.redact(record), sort_keys=True),
-                                 max_bytes=self.p['history_max_bytes'])
-        except (statedir.StateError, OSError) as exc:
-            out['decision'] += ' (the verdict history could not be written: %s)' % exc
-        if out['action'] in (RESTART, REBOOT) or (out['action'] == FAIL and out.get('gpu_errors')):
-            out['evidence_file'] = self.evidence(out, paths, verdict)
-        return out
-
-    def evidence(self, out, paths, verdict):
-        item = self.current
-        argv = logs_command(item['restart_method'], item.get('service'), item.get('compose_project_dir'),
-                            item.get('logs_command'), self.p['log_lines'])
-        logs = []
-        if argv:
-            # Up to 2 KB per line of the log kept.
-            rc, stdout, stderr = run_argv(argv, timeout=self.p['status_timeout'], keep=2048 * self.p['log_lines'])
-            logs = (stdout + stderr).splitlines()[-self.p['log_lines']:]
-        # The hang itself, before anything is restarted: the stacks of vLLM's processes, the memory, the kernel's
-        # lines since vLLM started, nvidia-smi (docs/gb10.md: what to attach to a vLLM bug report).
-        dummy, pids, how = self.processes(item, out['service'] or {})
-        started = [t for t in (parse_started_at((out['service'] or {}).get('started_at')),
-                               parse_started_at(out['verdict'].get('process_start_time'))) if t is not None]
-        found = _evidence.collect(lambda argv, timeout: run_argv(argv, timeout=timeout, keep=_evidence.DUMP_BYTES),
-                                  pids, self.p, since=max(started) if started else None, kernel=self.kernel()
-                                  if self.p['kernel_log'] else None)
-        found['processes_found_by'] = how
-        evidence = {
-            'host': os.uname()[1], 'instance': out['name'], 'url': item.get('url') or out['verdict'].get('url'),
-            'restart_method': item['restart_method'], 'verdict': verdict, 'service': out['service'],
-            'decision': dict((k, v) for k, v in out.items() if k not in ('verdict', 'history')),
-            'history': out.get('history'),
-            'logs': logs,
-            'hang': found,
-        }
-        out['evidence'] = _evidence.summary(found)
-        # A line of the history that was cut (a crash, a full disk) is named, never taken for a verdict.
-        evidence['recent_verdicts'], damaged = statedir.tail_json(paths['verdicts'], 20)
-        if damaged:
-            evidence['damaged_verdict_lines'] = damaged
-        try:
-            statedir.check_dir(paths['evidence'])
-            stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
-            path = os.path.join(paths['evidence'], '%s-%s.json' % (out['name'], stamp))
-            statedir.write_text(path, json.dumps(self.redact(evidence), indent=1, sort_keys=True, default=str) + '\n')
-            return path
-        except (statedir.StateError, OSError) as exc:
-            out['decision'] += ' (the evidence could not be kept: %s)' % exc
-            return None
-
-    def run(self, items, verdicts, missing_why):
-        results = []
-        for item in items:
-            self.current = item
-            verdict = item.get('verdict')
-            if verdict is None:
-                verdict = verdicts.get(item['name']) or {
-                    'state': 'unknown', 'reason': missing_why or 'the check gave no verdict for this instance'}
-            # Masked on the way in: the history, the evidence and the result are made of it.
-            verdict = self.redact(verdict)
-            try:
-                results.append(self.one(item, verdict))
-            except (statedir.StateError, OSError) as exc:
-                # One instance's trouble is that instance's failure, never the others'.
-                results.append({'name': item['name'], 'state': (verdict or {}).get('state') or 'unknown',
-                                'reason': str((verdict or {}).get('reason') or '')[:1000], 'verdict': {},
-                                'action': FAIL, 'decision': 'the watchdog cannot use its state: %s' % exc,
-                                'service': {}, 'paused': False, 'evidence_file': None, 'waited_for_lock': 0.0})
-        return results
-
-    def record_failure(self):
-        name = self.p['record_failure']['name']
-        paths = _paths(self.p['state_dir'], name)
-        error = self.redact(self.p['record_failure']['error'])[:1000]
-        if not self.check_mode:
-            statedir.write_text(paths['failed'], json.dumps({'at': time.time(), 'error': error}) + '\n')
-        return ('the restart of %s failed (%s); recorded in %s: the host fails on every run until %s serves again or '
-                'a human removes that file' % (name, error, paths['failed'], name))
-
-
-def escalate(gate):
-    """The step after a restart that was stopped because the memory did not come back: decided under the lock,
-    recorded (the history, a verdict line, a failed-restart record when a human is next), and the textfile."""
-    p = gate.p
-    name, why = p['escalate']['name'], gate.redact(p['escalate']['why'])[:600]
-    paths = _paths(p['state_dir'], name)
-    fd = statedir.open_lock(paths['lock'])
+def escalate(module, gate):
+    """escalate: the step after a restart stopped half-way, then the textfile of the host's instances."""
+    p = module.params
     try:
-        if statedir.lock(fd, p['lock_timeout']) is None:
-            return FAIL, 'another watchdog run holds %s for more than %s s' % (paths['lock'], p['lock_timeout']), {}
-        history, damage = load_history(statedir.read_text(paths['history']))
-        if damage:
-            return FAIL, '%s, and the restart history %s cannot be trusted (%s): a human must look' % (
-                why, paths['history'], damage), {}
-        decision = decide_escalation(history, time.time(), gate.settings, why)
-        hist = decision['history']
-        hist['last_action'] = decision['action']
-        hist['last_reason'] = decision['reason'][:500]
-        _count_step(hist, decision['action'])
-        if not gate.check_mode:
-            statedir.write_text(paths['history'], json.dumps(hist, indent=1, sort_keys=True) + '\n')
-            if decision['action'] == FAIL:
-                statedir.write_text(paths['failed'], json.dumps({'at': time.time(), 'error': why}) + '\n')
-    finally:
-        os.close(fd)
-    if not gate.check_mode:
-        record = {'time': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), 'state': hist.get('last_state'),
-                  'reason': why, 'action': decision['action'], 'decision': decision['reason'][:500], 'step': True}
-        try:
-            statedir.append_line(paths['verdicts'], json.dumps(gate.redact(record), sort_keys=True),
-                                 max_bytes=p['history_max_bytes'])
-        except (statedir.StateError, OSError):
-            pass
-    return decision['action'], decision['reason'], hist
+        action, reason, hist = gate.escalate(p['escalate']['name'], p['escalate']['why'])
+    except (statedir.StateError, OSError) as exc:
+        action, reason, hist = FAIL, 'the watchdog cannot use its state: %s' % exc, {}
+    names = p['textfile_names'] or [p['escalate']['name']]
+    textfile_error = write_textfile(module, results_from_histories(p['state_dir'], names))
+    module.exit_json(changed=action == REBOOT and not module.check_mode, action=action,
+                     reason=gate.redact(reason), history=gate.redact(hist), textfile_error=textfile_error)
 
 
-def results_from_histories(state_dir, names):
-    """The last result of each instance as its history keeps it (for the textfile when one instance took a step)."""
-    out = []
-    for name in names:
-        try:
-            history, dummy = load_history(statedir.read_text(_paths(state_dir, name)['history']))
-        except (statedir.StateError, OSError):
-            history = None
-        history = history or {}
-        out.append({'name': name, 'state': history.get('last_state') or 'unknown',
-                    'action': history.get('last_action') or 'none', 'history': history})
-    return out
+def decide_one(module, gate, items):
+    """name and state: one instance, its service state given; its decision at the top of the result too."""
+    results = gate.redact(gate.run(items, {}, None))
+    one = dict(results[0])
+    one['reason'] = one.pop('decision')
+    one.setdefault('history', {})
+    module.exit_json(changed=False, instances=results, **dict((k, v) for k, v in one.items()
+                                                              if k not in ('name', 'state', 'verdict')))
+
+
+def decide_instances(module, gate, items, verdicts, missing_why):
+    """instances: every instance of the host, then the textfile and the host's fact."""
+    p = module.params
+    results = gate.redact(gate.run(items, verdicts, missing_why))
+    textfile_error = write_textfile(module, results)
+    facts = {}
+    if p['host']:
+        facts['vllm_watchdog_results'] = watchdog_results({'instances': results, 'textfile_error': textfile_error},
+                                                          p['host'], items, check_mode=module.check_mode)
+    module.exit_json(changed=False, instances=results, textfile_error=textfile_error, ansible_facts=facts)
 
 
 def write_textfile(module, results):
@@ -903,15 +586,11 @@ def write_textfile(module, results):
     p = module.params
     if not p['textfile'] or module.check_mode:
         return None
-    try:
-        statedir.write_text(p['textfile'], textfile_metrics(results, time.time()), mode=0o644)
-    except (statedir.StateError, OSError) as exc:
-        error = ('the textfile %s could not be written (%s): Prometheus gets no vllm_watchdog_* metric from this host, '
-                 'so no alert can fire on it' % (p['textfile'], exc))
+    error = _textfile.write(p['textfile'], results, time.time())
+    if error:
         # Never silent: a metric that never exists cannot alert on its absence.
         module.warn(error)
-        return error
-    return None
+    return error
 
 
 def _plain_name(name):
@@ -984,25 +663,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    errors = invalid_settings(dict((key, p[key]) for key in DEFAULTS))
-    for key, low in (('lock_timeout', 0), ('status_timeout', 0), ('results_timeout', 0), ('log_lines', 0),
-                     ('history_max_bytes', 4096), ('evidence_timeout', 0)):
-        value = p[key]
-        if math.isnan(value) or not low <= value <= 10 ** 9:
-            errors.append('%s must be a number from %s to 1e9, got %r' % (key, low, value))
+    errors = invalid(p)
     if errors:
         module.fail_json(msg='watchdog_gate: invalid settings: %s' % '; '.join(errors))
-
-    if p['name'] is not None:
-        items = [{'name': p['name'], 'kind': 'backend', 'restart_method': 'systemd', 'given_service': p['service'],
-                  'process_start_time': p['process_start_time'],
-                  'verdict': {'state': p['state'], 'reason': p['reason']}}]
-    elif p['instances'] is not None:
-        items = p['instances']
-    elif p['escalate'] is not None:
-        items = [{'name': p['escalate']['name']}]
-    else:
-        items = [{'name': p['record_failure']['name']}]
+    items = items_of(p)
     names = [item['name'] for item in items]
     bad = [name for name in names if not _plain_name(name)]
     if bad or len(set(names)) != len(names):
@@ -1018,83 +682,15 @@ def main():
         statedir.check_dir(p['state_dir'], create=not module.check_mode)
     except statedir.StateError as exc:
         module.fail_json(msg=str(exc))
-    gate = Gate(module)
+    gate = Gate(p, check_mode=module.check_mode)
     if p['record_failure'] is not None:
-        try:
-            reason = gate.record_failure()
-        except (statedir.StateError, OSError) as exc:
-            module.fail_json(msg='cannot record the failed restart: %s' % exc)
-        module.exit_json(changed=not module.check_mode, action=FAIL, reason=reason)
-    if p['escalate'] is not None:
-        try:
-            action, reason, hist = escalate(gate)
-        except (statedir.StateError, OSError) as exc:
-            action, reason, hist = FAIL, 'the watchdog cannot use its state: %s' % exc, {}
-        names = p['textfile_names'] or [p['escalate']['name']]
-        textfile_error = write_textfile(module, results_from_histories(p['state_dir'], names))
-        module.exit_json(changed=action == REBOOT and not module.check_mode, action=action,
-                         reason=gate.redact(reason), history=gate.redact(hist), textfile_error=textfile_error)
-
-    results = gate.redact(gate.run(items, verdicts, missing_why))
-    if p['name'] is not None:
-        one = dict(results[0])
-        one['reason'] = one.pop('decision')
-        one.setdefault('history', {})
-        module.exit_json(changed=False, instances=results, **dict((k, v) for k, v in one.items()
-                                                                  if k not in ('name', 'state', 'verdict')))
-    textfile_error = write_textfile(module, results)
-    facts = {}
-    if p['host']:
-        facts['vllm_watchdog_results'] = watchdog_results({'instances': results, 'textfile_error': textfile_error},
-                                                          p['host'], items, check_mode=module.check_mode)
-    module.exit_json(changed=False, instances=results, textfile_error=textfile_error, ansible_facts=facts)
-
-
-TEXTFILE_STATES = STATES + ['unreachable']
-TEXTFILE_ACTIONS = ('none', 'restart', 'reboot', 'fail')
-
-
-def _label(value):
-    return str(value).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
-
-
-def _int(value):
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def textfile_metrics(results, now):
-    """The watchdog's verdicts in the Prometheus text format, for node_exporter's textfile collector."""
-    lines = []
-
-    def family(name, kind, text):
-        lines.append('# HELP %s %s' % (name, text))
-        lines.append('# TYPE %s %s' % (name, kind))
-
-    family('vllm_watchdog_verdict', 'gauge', 'The verdict of the vLLM watchdog\'s last check: 1 for the state it found.')
-    for r in results:
-        for state in TEXTFILE_STATES:
-            lines.append('vllm_watchdog_verdict{vllm_instance="%s",state="%s"} %d'
-                         % (_label(r['name']), state, 1 if r.get('state') == state else 0))
-    family('vllm_watchdog_action', 'gauge', 'What the vLLM watchdog decided on its last run: 1 for the action.')
-    for r in results:
-        for action in TEXTFILE_ACTIONS:
-            lines.append('vllm_watchdog_action{vllm_instance="%s",action="%s"} %d'
-                         % (_label(r['name']), action, 1 if r.get('action') == action else 0))
-    family('vllm_watchdog_needs_human', 'gauge', 'Whether the vLLM watchdog stopped and asks a human (1).')
-    for r in results:
-        lines.append('vllm_watchdog_needs_human{vllm_instance="%s"} %d' % (_label(r['name']), 1 if r.get('action') == FAIL else 0))
-    family('vllm_watchdog_restarts_total', 'counter', 'Restarts of vLLM the vLLM watchdog decided, ever.')
-    for r in results:
-        total = (r.get('history') or {}).get('restarts_total', 0)
-        lines.append('vllm_watchdog_restarts_total{vllm_instance="%s"} %d' % (_label(r['name']), _int(total)))
-    family('vllm_watchdog_reboots_total', 'counter', 'Host reboots the vLLM watchdog decided for this instance, ever.')
-    for r in results:
-        total = (r.get('history') or {}).get('reboots_total', 0)
-        lines.append('vllm_watchdog_reboots_total{vllm_instance="%s"} %d' % (_label(r['name']), _int(total)))
-    family('vllm_watchdog_last_run_timestamp_seconds', 'gauge', 'When the vLLM watchdog last ran, in seconds since the epoch.')
-    for r in results:
-        lines.append('vllm_watchdog_last_run_timestamp_seconds{vllm_instance="%s"} %.3f' % (_label(r['name']), now))
-    return '\n'.join(lines) + '\n'
+        record_failure(module, gate)
+    elif p['escalate'] is not None:
+        escalate(module, gate)
+    elif p['name'] is not None:
+        decide_one(module, gate, items)
+    else:
+        decide_instances(module, gate, items, verdicts, missing_why)
 
 
 if __name__ == '__main__':

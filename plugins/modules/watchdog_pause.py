@@ -128,7 +128,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    path = os.path.join(p['state_dir'], 'paused')
+    path = statedir.paths(p['state_dir'])['paused']
     marker = 'paused_by: %s' % p['owner']
     if math.isnan(p['lock_timeout']) or not 0 <= p['lock_timeout'] <= 86400:
         module.fail_json(msg='lock_timeout must be from 0 to 86400, got %s' % p['lock_timeout'])
@@ -163,7 +163,7 @@ def main():
             module.exit_json(**result)
         waited = 0.0
         for name in p['names']:
-            fd = statedir.open_lock(os.path.join(p['state_dir'], '%s.lock' % name))
+            fd = statedir.open_lock(statedir.paths(p['state_dir'], name)['lock'])
             try:
                 seconds = statedir.lock(fd, p['lock_timeout'])
             finally:

@@ -92,6 +92,12 @@ def test_what_reads_urls_and_answers_does_not_load_the_decision_procedure(name):
     assert '_verdict' not in reachable(name), (name, sorted(reachable(name)))
 
 
+@pytest.mark.parametrize('name', ['_gate', '_textfile'])
+def test_the_watchdog_side_does_not_load_the_check(name):
+    assert not {'_verdict', '_check', '_http', '_prometheus', '_readings', '_stall'} & reachable(name), (
+        name, sorted(reachable(name)))
+
+
 @pytest.mark.parametrize('name', ['_urls', '_types', '_vllm'])
 def test_the_standard_library_only_modules_do_not_load_the_metrics_parser(name):
     assert not {'_prometheus', '_readings'} & reachable(name), (name, sorted(reachable(name)))
@@ -127,9 +133,11 @@ def test_the_types_are_imported_from_the_types_module():
                     assert not defined & set(alias.name for alias in node.names), (path, node.module)
 
 
-def test_the_gate_takes_the_verdict_list_from_types():
+@pytest.mark.parametrize('source', [('plugins', 'modules', 'watchdog_gate.py'),
+                                    ('plugins', 'module_utils', '_textfile.py')])
+def test_the_gate_takes_the_verdict_list_from_types(source):
     """The watchdog gate's verdicts (its ``state`` choices, its textfile's states) are _types.STATES, not a copy."""
-    path = os.path.join(REPO, 'plugins', 'modules', 'watchdog_gate.py')
+    path = os.path.join(REPO, *source)
     with open(path) as handle:
         tree = ast.parse(handle.read(), path)
     imported = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)

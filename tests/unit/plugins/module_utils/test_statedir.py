@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 
 
@@ -52,3 +54,36 @@ def test_tail_json_counts_lines_from_the_start_of_the_file(tmp_path):
 
 def test_tail_json_of_a_missing_file_is_empty(tmp_path):
     assert statedir.tail_json(str(tmp_path / 'none.jsonl'), 20) == ([], [])
+
+
+# -- the layout, spelled once --------------------------------------------------------
+
+@pytest.mark.parametrize('name, key, expected', [
+    (None, 'paused', '/var/lib/vllm-watchdog/paused'),
+    (None, 'evidence', '/var/lib/vllm-watchdog/evidence'),
+    (None, 'checks', '/var/lib/vllm-watchdog/checks'),
+    ('chat', 'paused', '/var/lib/vllm-watchdog/paused'),
+    ('chat', 'lock', '/var/lib/vllm-watchdog/chat.lock'),
+    ('chat', 'history', '/var/lib/vllm-watchdog/chat.json'),
+    ('chat', 'failed', '/var/lib/vllm-watchdog/chat.restart-failed'),
+    ('chat', 'verdicts', '/var/lib/vllm-watchdog/chat.verdicts.jsonl'),
+    ('chat', 'instance_paused', '/var/lib/vllm-watchdog/chat.paused'),
+    ('chat', 'evidence', '/var/lib/vllm-watchdog/evidence'),
+])
+def test_the_state_dir_layout(name, key, expected):
+    assert statedir.paths('/var/lib/vllm-watchdog', name)[key] == expected
+
+
+def test_without_a_name_only_the_host_s_files():
+    assert sorted(statedir.paths('/s')) == ['checks', 'evidence', 'paused']
+    assert sorted(statedir.paths('/s', 'x')) == ['checks', 'evidence', 'failed', 'history', 'instance_paused', 'lock',
+                                                 'paused', 'verdicts']
+
+
+def test_every_file_of_an_instance_is_in_the_state_dir_and_its_own():
+    files = statedir.paths('/s', 'a')
+    assert all(path.startswith('/s/') for path in files.values())
+    assert len(set(files.values())) == len(files)
+    other = statedir.paths('/s', 'b')
+    own = ('lock', 'history', 'failed', 'verdicts', 'instance_paused')
+    assert not set(files[key] for key in own) & set(other[key] for key in own)

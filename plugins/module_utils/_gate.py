@@ -1,0 +1,416 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""One run of the watchdog gate on one host: the lock, the history, the evidence; the decisions are _decide's.
+
+Private to this collection. ``Gate(params, check_mode, run, clock)`` takes the module's parameters (the
+settings of ``_decide.DEFAULTS`` and the gate's own: ``state_dir``, ``instances``, ``paused``,
+``lock_timeout``, ``status_timeout``, ``log_lines``, ``history_max_bytes``, ``kernel_log`` and the
+evidence's tools), and two things from outside, so that a test can give its own:
+
+* ``run(argv, timeout, keep)``: runs a command, returns ``(rc, stdout, stderr)`` (``_service.run_argv``,
+  rc None when it could not run). The service manager is asked through it as ``service_status`` asks
+  (``run(argv)``, bound to ``status_timeout``), and the evidence's tools and the service's log are run
+  through it;
+* ``clock()``: seconds since the epoch (``time.time``), for the decisions, the records and their stamps.
+
+Its modes return what they decided and keep nothing else: ``run(items, verdicts, missing_why)`` (one
+result per instance), ``record_failure(name, error)`` (the sentence), ``escalate(name, why)`` (action,
+reason, history); ``results_from_histories(state_dir, names)`` gives the last results the histories keep
+(for the textfile after a step). Nothing is written in check mode.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import time
+
+from ansible_collections.modelops.vllm.plugins.module_utils import _evidence
+from ansible_collections.modelops.vllm.plugins.module_utils import _host
+from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
+from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
+from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES
+from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
+    DEFAULTS,
+    FAIL,
+    HEALTHY,
+    NONE,
+    REBOOT,
+    RESTART,
+    decide,
+    decide_escalation,
+    load_history,
+    parse_started_at,
+)
+from ansible_collections.modelops.vllm.plugins.module_utils._service import (
+    MAX_OUTPUT,
+    logs_command,
+    run_argv,
+    service_status,
+)
+
+# The verdict's numbers kept in the verdict history and returned to the role.
+VERDICT_KEYS = ('state', 'reason', 'line', 'url', 'running', 'waiting', 'kv_cache_usage', 'steps_per_second',
+                'generation_tokens_per_second', 'restarted', 'version', 'model', 'stuck_engines', 'error', 'checked_at')
+
+
+def _pause_note(paths):
+    """'pause file PATH: first line' when a pause file (of any kind) exists, else None."""
+    for path in (paths['instance_paused'], paths['paused']):
+        if statedir.exists(path):
+            first = statedir.first_line(path)
+            return 'pause file %s%s' % (path, ': %s' % first if first else '')
+    return None
+
+
+def _reads(verdict):
+    reads = ((verdict or {}).get('evidence') or {}).get('reads') or []
+    return [read for read in reads if isinstance(read, dict)] if isinstance(reads, list) else []
+
+
+def _process_start(verdict):
+    for read in reversed(_reads(verdict)):
+        if read.get('process_start_time') is not None:
+            return read['process_start_time']
+    return None
+
+
+def _last_read(verdict):
+    """The last read of the check (its start time and per-engine counters), so that the restart can tell the process
+    that answers after it from this one (modelops.vllm.restart's old_reading)."""
+    reads = _reads(verdict)
+    if not reads:
+        return None
+    last = reads[-1]
+    engines = last.get('engines') if isinstance(last.get('engines'), dict) else {}
+    return {'process_start_time': last.get('process_start_time'),
+            'engines': dict((key, {'counters': (numbers or {}).get('counters') or {}})
+                            for key, numbers in engines.items() if isinstance(numbers, dict))}
+
+
+def _count_step(hist, action):
+    """Counts that only grow, for the node_exporter textfile (the lists of the history keep the window only)."""
+    for key, step in (('restarts_total', RESTART), ('reboots_total', REBOOT)):
+        total = hist.get(key)
+        total = total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else 0
+        hist[key] = total + (1 if action == step else 0)
+
+
+def _failed_restart(text):
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        data = {'error': 'the record of a failed restart cannot be read'}
+    return data
+
+
+def _stamp(now, fmt='%Y-%m-%dT%H:%M:%SZ'):
+    return time.strftime(fmt, time.gmtime(now))
+
+
+class Gate(object):
+    """One run of the gate on one host (this file's docstring says what ``params``, ``run`` and ``clock`` are)."""
+
+    def __init__(self, params, check_mode=False, run=run_argv, clock=time.time):
+        self.p = params
+        self.settings = dict((key, self.p[key]) for key in DEFAULTS)
+        self.check_mode = check_mode
+        self.runner = run
+        self.clock = clock
+        # Every spelling of the configured secrets: masked (with vLLM's own spellings of a key) in all that is
+        # kept or returned.
+        self.spellings = forms([item.get('api_key') for item in self.p['instances'] or []])
+        self._kernel = None
+
+    def redact(self, value):
+        return redact(value, self.spellings)
+
+    def run_cmd(self, argv):
+        """The runner as ``service_status`` takes it: ``run(argv) -> (rc, stdout, stderr)``."""
+        return self.runner(argv, timeout=self.p['status_timeout'], keep=MAX_OUTPUT)
+
+    def service_of(self, item, state):
+        if item.get('given_service') is not None:
+            return item['given_service']
+        if state not in ('stuck', 'down'):
+            return {}
+        return service_status(self.run_cmd, item['restart_method'], item.get('service'),
+                              item.get('compose_project_dir'), item.get('status_command'))
+
+    def kernel(self):
+        """The kernel log's lines that matter, read once per gate run (only for a stuck or down instance)."""
+        if self._kernel is None:
+            path = self.p['kernel_log']
+            self._kernel = _host.read_kernel_log(path, timeout=10.0) if path else {'error': 'off'}
+        return self._kernel
+
+    def processes(self, item, service):
+        """(main pid, the service's processes, how they were found): from the service manager's main process, else
+        (a command method) the processes that listen on the URL's port on this host."""
+        pid = service.get('main_pid')
+        if pid:
+            how = {'systemd': 'systemd MainPID', 'docker': 'the container\'s process, docker inspect .State.Pid',
+                   'compose': 'the container\'s process, docker inspect .State.Pid'}.get(item['restart_method'], '?')
+            return pid, _host.tree(pid), how
+        host, port = _host.url_endpoint(item.get('url'))
+        if not port:
+            return None, [], 'the URL names no port'
+        listening = _host.listener_pids(port, _host.addresses_of(host))
+        roots = [p for p in listening if (_host.proc_stat(p) or (0, ''))[0] not in listening]
+        pids = []
+        for root in roots[:4]:
+            pids.extend(p for p in _host.tree(root) if p not in pids)
+        return None, pids, 'the processes that listen on the URL\'s port %s' % port
+
+    def url_proof(self, item, service):
+        """What shows (or not) that the URL is the service that runs (see _decide.url_evidence)."""
+        host, port = _host.url_endpoint(item.get('url'))
+        proof = {'default_url': bool(item.get('url_is_default')), 'listens': None}
+        if not port:
+            proof['why'] = 'the URL names no port'
+            return proof
+        addresses = _host.addresses_of(host)
+        proof['endpoint'] = _host.endpoint(addresses[0] if addresses else host, port)
+        pid = service.get('main_pid')
+        if not pid:
+            proof['why'] = 'the service manager names no main process of the service (%s)' % (
+                'the command method has none' if item['restart_method'] == 'command' else 'MainPID is 0')
+            return proof
+        pids = _host.tree(pid)
+        if not pids:
+            proof['why'] = 'its main process %d is not there' % pid
+            return proof
+        found, same = _host.listeners(pids)
+        proof['process'] = 'its main process %d (%s)' % (pid, self.processes(item, service)[2])
+        proof['listening_on'] = sorted(set(_host.endpoint(f['address'], f['port']) for f in found))[:5]
+        if same is not True:
+            proof['why'] = ('%s runs in a network namespace of its own (a container): its ports are not the URL\'s'
+                            % proof['process']) if same is False else 'its network namespace cannot be read'
+            proof['listening_on'] = []
+            return proof
+        proof['listens'] = any(f['port'] == port and _host.matches(f['address'], addresses) for f in found)
+        return proof
+
+    def one(self, item, verdict):
+        name = item['name']
+        paths = statedir.paths(self.p['state_dir'], name)
+        verdict = verdict if isinstance(verdict, dict) else {}
+        state = verdict.get('state') if verdict.get('state') in STATES else 'unknown'
+        out = {'name': name, 'state': state, 'reason': str(verdict.get('reason') or '')[:1000],
+               'verdict': dict((k, verdict.get(k)) for k in VERDICT_KEYS if k in verdict), 'service': {},
+               'paused': False, 'evidence_file': None, 'history_file': paths['history'], 'waited_for_lock': 0.0,
+               'restarts_in_window': 0, 'budget_left': None, 'cooldown': 0.0, 'uptime': None}
+        if verdict.get('error'):
+            out.update(action=FAIL, decision='the check cannot run as configured: %s' % str(verdict['error'])[:500])
+            return self.finish(item, out, paths, None)
+        if item.get('kind') == 'proxy':
+            out.update(action=NONE, decision='a proxy is checked by GET /v1/models only and never restarted by this '
+                                             'role; watch its backends directly')
+            return self.finish(item, out, paths, None)
+        service = self.service_of(item, state)
+        out['service'] = service
+        process_start = item.get('process_start_time') or _process_start(verdict)
+        out['verdict']['process_start_time'] = process_start
+        out['verdict']['last_read'] = _last_read(verdict)
+        fd = None
+        try:
+            if not self.check_mode or statedir.exists(paths['lock']):
+                fd = statedir.open_lock(paths['lock'])
+                waited = statedir.lock(fd, self.p['lock_timeout'])
+                if waited is None:
+                    out.update(action=FAIL, decision='another watchdog run holds %s for more than %s s'
+                               % (paths['lock'], self.p['lock_timeout']))
+                    return self.finish(item, out, paths, None)
+                out['waited_for_lock'] = round(waited, 3)
+            # The pause is read under the lock: a rollout that pauses the watchdog and then waits for
+            # this lock knows that no restart is decided after its pause.
+            pause_note = _pause_note(paths)
+            paused = self.p['paused'] or pause_note is not None
+            history, damage = load_history(statedir.read_text(paths['history']))
+            if damage:
+                out.update(action=FAIL, paused=paused,
+                           decision='the restart history %s cannot be trusted (%s): a human must look; the '
+                                    'watchdog does not restart without it. Move it away to start a fresh restart '
+                                    'budget' % (paths['history'], damage))
+                return self.finish(item, out, paths, None)
+            failed = _failed_restart(statedir.read_text(paths['failed']))
+            proof = kernel = None
+            if state == 'down' and service.get('running'):
+                proof = self.url_proof(item, service)
+                out['url_proof'] = proof
+            elif state == 'down':
+                proof = {'default_url': bool(item.get('url_is_default'))}
+            if state in ('stuck', 'down'):
+                kernel = self.kernel().get('lines')
+            decision = decide(state, service, history, self.clock(), self.settings, paused=paused,
+                              process_start=process_start, failed_restart=failed, url=item.get('url'),
+                              url_proof=proof, kernel=kernel)
+            reason = decision['reason']
+            if pause_note:
+                reason += ' (%s)' % pause_note
+            if failed and decision['action'] == FAIL:
+                reason += '. When it serves again, or to let the watchdog try again, remove %s' % paths['failed']
+            out.update(action=decision['action'], decision=reason, paused=paused,
+                       restarts_in_window=decision['restarts_in_window'], budget_left=decision['budget_left'],
+                       cooldown=decision['cooldown'], uptime=decision['uptime'], history=decision['history'])
+            hist = decision['history']
+            hist['last_reason'] = out['reason'][:500]
+            hist['last_action'] = decision['action']
+            if decision.get('gpu_errors'):
+                out['gpu_errors'] = decision['gpu_errors']
+            _count_step(hist, decision['action'])
+            if not self.check_mode:
+                statedir.write_text(paths['history'], json.dumps(hist, indent=1, sort_keys=True) + '\n')
+                if failed and state in HEALTHY:
+                    statedir.remove(paths['failed'])
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the lock, after the history is on disk
+        return self.finish(item, out, paths, verdict)
+
+    def finish(self, item, out, paths, verdict):
+        """Append the verdict line, keep the evidence of a restart; nothing in check mode."""
+        if self.check_mode:
+            return out
+        record = {'time': _stamp(self.clock()), 'state': out['state'],
+                  'reason': out['reason'][:500], 'action': out['action'], 'decision': out['decision'][:500]}
+        for key in ('running', 'waiting', 'kv_cache_usage', 'steps_per_second', 'generation_tokens_per_second'):
+            record[key] = out['verdict'].get(key)
+        record['probe'] = ((verdict or {}).get('probe') or {}).get('outcome')
+        try:
+            statedir.append_line(paths['verdicts'], json.dumps(self.redact(record), sort_keys=True),
+                                 max_bytes=self.p['history_max_bytes'])
+        except (statedir.StateError, OSError) as exc:
+            out['decision'] += ' (the verdict history could not be written: %s)' % exc
+        if out['action'] in (RESTART, REBOOT) or (out['action'] == FAIL and out.get('gpu_errors')):
+            out['evidence_file'] = self.evidence(item, out, paths, verdict)
+        return out
+
+    def evidence(self, item, out, paths, verdict):
+        """Keep the evidence of the hang of ``item`` in the state directory: the file's path, or None."""
+        argv = logs_command(item['restart_method'], item.get('service'), item.get('compose_project_dir'),
+                            item.get('logs_command'), self.p['log_lines'])
+        logs = []
+        if argv:
+            # Up to 2 KB per line of the log kept.
+            rc, stdout, stderr = self.runner(argv, timeout=self.p['status_timeout'], keep=2048 * self.p['log_lines'])
+            logs = (stdout + stderr).splitlines()[-self.p['log_lines']:]
+        # The hang itself, before anything is restarted: the stacks of vLLM's processes, the memory, the kernel's
+        # lines since vLLM started, nvidia-smi (docs/gb10.md: what to attach to a vLLM bug report).
+        dummy, pids, how = self.processes(item, out['service'] or {})
+        started = [t for t in (parse_started_at((out['service'] or {}).get('started_at')),
+                               parse_started_at(out['verdict'].get('process_start_time'))) if t is not None]
+        found = _evidence.collect(lambda argv, timeout: self.runner(argv, timeout=timeout, keep=_evidence.DUMP_BYTES),
+                                  pids, self.p, since=max(started) if started else None, kernel=self.kernel()
+                                  if self.p['kernel_log'] else None)
+        found['processes_found_by'] = how
+        evidence = {
+            'host': os.uname()[1], 'instance': out['name'], 'url': item.get('url') or out['verdict'].get('url'),
+            'restart_method': item['restart_method'], 'verdict': verdict, 'service': out['service'],
+            'decision': dict((k, v) for k, v in out.items() if k not in ('verdict', 'history')),
+            'history': out.get('history'),
+            'logs': logs,
+            'hang': found,
+        }
+        out['evidence'] = _evidence.summary(found)
+        # A line of the history that was cut (a crash, a full disk) is named, never taken for a verdict.
+        evidence['recent_verdicts'], damaged = statedir.tail_json(paths['verdicts'], 20)
+        if damaged:
+            evidence['damaged_verdict_lines'] = damaged
+        try:
+            statedir.check_dir(paths['evidence'])
+            stamp = _stamp(self.clock(), '%Y%m%dT%H%M%SZ')
+            path = os.path.join(paths['evidence'], '%s-%s.json' % (out['name'], stamp))
+            statedir.write_text(path, json.dumps(self.redact(evidence), indent=1, sort_keys=True, default=str) + '\n')
+            return path
+        except (statedir.StateError, OSError) as exc:
+            out['decision'] += ' (the evidence could not be kept: %s)' % exc
+            return None
+
+    def run(self, items, verdicts, missing_why):
+        """One result per item, in order. ``verdicts``: by name, for the items that carry none (a results file);
+        ``missing_why``: the reason of an instance that has no verdict at all."""
+        results = []
+        for item in items:
+            verdict = item.get('verdict')
+            if verdict is None:
+                verdict = verdicts.get(item['name']) or {
+                    'state': 'unknown', 'reason': missing_why or 'the check gave no verdict for this instance'}
+            # Masked on the way in: the history, the evidence and the result are made of it.
+            verdict = self.redact(verdict)
+            try:
+                results.append(self.one(item, verdict))
+            except (statedir.StateError, OSError) as exc:
+                # One instance's trouble is that instance's failure, never the others'.
+                results.append({'name': item['name'], 'state': (verdict or {}).get('state') or 'unknown',
+                                'reason': str((verdict or {}).get('reason') or '')[:1000], 'verdict': {},
+                                'action': FAIL, 'decision': 'the watchdog cannot use its state: %s' % exc,
+                                'service': {}, 'paused': False, 'evidence_file': None, 'waited_for_lock': 0.0})
+        return results
+
+    def record_failure(self, name, error):
+        """Record that the restart of ``name`` failed: the sentence that says so."""
+        paths = statedir.paths(self.p['state_dir'], name)
+        error = self.redact(error)[:1000]
+        if not self.check_mode:
+            statedir.write_text(paths['failed'], json.dumps({'at': self.clock(), 'error': error}) + '\n')
+        return ('the restart of %s failed (%s); recorded in %s: the host fails on every run until %s serves again or '
+                'a human removes that file' % (name, error, paths['failed'], name))
+
+    def escalate(self, name, why):
+        """The step after a restart that was stopped because the memory did not come back: decided under the lock,
+        recorded (the history, a verdict line, a failed-restart record when a human is next). (action, reason,
+        history)."""
+        p = self.p
+        why = self.redact(why)[:600]
+        paths = statedir.paths(p['state_dir'], name)
+        fd = statedir.open_lock(paths['lock'])
+        try:
+            if statedir.lock(fd, p['lock_timeout']) is None:
+                return FAIL, 'another watchdog run holds %s for more than %s s' % (paths['lock'], p['lock_timeout']), {}
+            history, damage = load_history(statedir.read_text(paths['history']))
+            if damage:
+                return FAIL, '%s, and the restart history %s cannot be trusted (%s): a human must look' % (
+                    why, paths['history'], damage), {}
+            decision = decide_escalation(history, self.clock(), self.settings, why)
+            hist = decision['history']
+            hist['last_action'] = decision['action']
+            hist['last_reason'] = decision['reason'][:500]
+            _count_step(hist, decision['action'])
+            if not self.check_mode:
+                statedir.write_text(paths['history'], json.dumps(hist, indent=1, sort_keys=True) + '\n')
+                if decision['action'] == FAIL:
+                    statedir.write_text(paths['failed'], json.dumps({'at': self.clock(), 'error': why}) + '\n')
+        finally:
+            os.close(fd)
+        if not self.check_mode:
+            record = {'time': _stamp(self.clock()), 'state': hist.get('last_state'),
+                      'reason': why, 'action': decision['action'], 'decision': decision['reason'][:500], 'step': True}
+            try:
+                statedir.append_line(paths['verdicts'], json.dumps(self.redact(record), sort_keys=True),
+                                     max_bytes=p['history_max_bytes'])
+            except (statedir.StateError, OSError):
+                pass
+        return decision['action'], decision['reason'], hist
+
+
+def results_from_histories(state_dir, names):
+    """The last result of each instance as its history keeps it (for the textfile when one instance took a step)."""
+    out = []
+    for name in names:
+        try:
+            history, dummy = load_history(statedir.read_text(statedir.paths(state_dir, name)['history']))
+        except (statedir.StateError, OSError):
+            history = None
+        history = history or {}
+        out.append({'name': name, 'state': history.get('last_state') or 'unknown',
+                    'action': history.get('last_action') or 'none', 'history': history})
+    return out
