@@ -49,6 +49,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     MAX_OUTPUT,
     logs_command,
+    lookup,
     run_argv,
     service_status,
 )
@@ -157,8 +158,8 @@ class Gate(object):
         (a command method) the processes that listen on the URL's port on this host."""
         pid = service.get('main_pid')
         if pid:
-            how = {'systemd': 'systemd MainPID', 'docker': 'the container\'s process, docker inspect .State.Pid',
-                   'compose': 'the container\'s process, docker inspect .State.Pid'}.get(item['restart_method'], '?')
+            method = lookup(item['restart_method'])
+            how = method.main_pid if method is not None and method.main_pid else '?'
             return pid, _host.tree(pid), how
         host, port = _host.url_endpoint(item.get('url'))
         if not port:
@@ -182,7 +183,8 @@ class Gate(object):
         pid = service.get('main_pid')
         if not pid:
             proof['why'] = 'the service manager names no main process of the service (%s)' % (
-                'the command method has none' if item['restart_method'] == 'command' else 'MainPID is 0')
+                'the %s method has none' % item['restart_method']
+                if getattr(lookup(item['restart_method']), 'main_pid', None) is None else 'MainPID is 0')
             return proof
         pids = _host.tree(pid)
         if not pids:

@@ -507,6 +507,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._decide import DEFAU
 from ansible_collections.modelops.vllm.plugins.module_utils._gate import Gate, results_from_histories
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
+from ansible_collections.modelops.vllm.plugins.module_utils._service import METHODS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS
 
 STATES = list(VERDICTS)  # every verdict a check can give, from the one list (_types)
@@ -605,7 +606,7 @@ def main():
                 name=dict(type='str', required=True),
                 kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
                 verdict=dict(type='dict'),
-                restart_method=dict(type='str', default='systemd', choices=['systemd', 'docker', 'compose', 'command']),
+                restart_method=dict(type='str', default='systemd', choices=list(METHODS)),
                 service=dict(type='str'),
                 compose_project_dir=dict(type='str'),
                 status_command=dict(type='list', elements='str'),
