@@ -52,7 +52,6 @@ _value:
   elements: dict
 '''
 
-import math
 
 from ansible.errors import AnsibleFilterError
 
@@ -61,6 +60,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._service import problems
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
 
 # setting: (smallest, largest, whether the smallest itself is allowed), as the modules that use them check them
@@ -71,24 +71,13 @@ LIMITS.update(reboot_timeout=(0, 86400, False), evidence_timeout=(0, 10 ** 9, Tr
 LIMITS.update(stall_window=WINDOW_LIMITS)
 
 
-def _number(value):
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def invalid(settings, instances):
     """What is wrong with the settings and the merged instances, as messages."""
     errors = []
-    for key, (low, high, closed) in sorted(LIMITS.items()):
-        if key not in settings:
-            continue
-        number = _number(settings[key])
-        if number is None or number > high or number < low or (number == low and not closed):
-            errors.append('vllm_watchdog_%s must be a number %s %s and at most %s, got %r'
-                          % (key, 'from' if closed else 'greater than', low, high, settings[key]))
+    for key, limits in sorted(LIMITS.items()):
+        if key in settings and in_range(settings[key], limits, strings=True) is None:
+            errors.append('vllm_watchdog_%s must be a number %s, got %r'
+                          % (key, range_words(limits, at_least='from'), settings[key]))
     for one in instances:
         name = one.get('name')
         errors.extend('%s: %s' % (name, problem) for problem in problems(

@@ -46,6 +46,8 @@ import json
 import math
 import re
 
+from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
+
 NONE = 'none'
 RESTART = 'restart'
 REBOOT = 'reboot'
@@ -88,13 +90,10 @@ def invalid_settings(settings):
     errors = []
     if not isinstance(settings.get('reboot', False), bool):
         errors.append('reboot must be true or false, got %r' % (settings.get('reboot'),))
-    for key, (low, high, closed) in sorted(LIMITS.items()):
+    for key, limits in sorted(LIMITS.items()):
         value = settings.get(key, DEFAULTS[key])
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-            and low <= value <= high and (closed or value > low)
-        if not ok:
-            errors.append('%s must be a number %s %s and at most %s, got %r'
-                          % (key, 'at least' if closed else 'greater than', low, high, value))
+        if in_range(value, limits) is None:
+            errors.append('%s must be a number %s, got %r' % (key, range_words(limits), value))
     return errors
 
 

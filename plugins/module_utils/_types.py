@@ -14,6 +14,8 @@ keeps it so.
 - ``STATES``: every verdict a check can give.
 - ``clip`` and the bounds on strings that come from outside (``MAX_MESSAGE``, ``MAX_NAME``, ``MAX_IDS``).
 - ``model_ids``: the model ids of a ``/v1/models`` answer.
+- ``in_range`` and ``range_words``: the one check of a number setting against its limits
+  ``(smallest, largest, smallest allowed itself)``, and how its messages say the range.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import math
 
 STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown')
 
@@ -91,3 +94,31 @@ def model_ids(fetched):
     ids = [m.get('id') for m in body['data'][:MAX_IDS] if isinstance(m, dict) and isinstance(m.get('id'), str)
            and 0 < len(m['id']) <= MAX_NAME]
     return ids or None
+
+
+def in_range(value, limits, strings=False):
+    """``value`` as a finite number within ``limits`` = (smallest, largest, smallest allowed itself), else None.
+
+    A boolean is never a number. With ``strings`` a number written as a string counts (what a Jinja template
+    gives a filter); without, only int and float do (what a module's argument spec or a JSON file gives)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif strings and isinstance(value, str) and len(value) <= 64:
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    low, high, closed = limits
+    if not math.isfinite(number) or number > high or number < low or (number == low and not closed):
+        return None
+    return number
+
+
+def range_words(limits, at_least='at least'):
+    """How a message says the range of ``limits``: 'at least 0 and at most 60', 'greater than 0 and at most 1'."""
+    low, high, closed = limits
+    return '%s %s and at most %s' % (at_least if closed else 'greater than', low, high)

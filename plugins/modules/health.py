@@ -459,7 +459,6 @@ ansible_facts:
       type: dict
 '''
 
-import math
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -469,6 +468,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_re
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
+from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import DEFAULT_MAX_BYTES, display_url
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS, check_deadline
 
@@ -481,18 +481,16 @@ LIMITS = dict(CHECK_LIMITS, metrics_max_bytes=(1024, 64 * 1024 * 1024, True), wo
 def invalid_settings(params):
     """Messages for the numbers that are out of range (NaN and infinities included)."""
     errors = []
-    for option, (low, high, closed) in LIMITS.items():
-        value = params[option]
-        if not math.isfinite(value) or value > high or value < low or (value == low and not closed):
-            errors.append('%s must be %s %s and at most %s, got %s' % (
-                option, 'at least' if closed else 'greater than', low, high, value))
+    for option, limits in LIMITS.items():
+        if in_range(params[option], limits) is None:
+            errors.append('%s must be %s, got %s' % (option, range_words(limits), params[option]))
     return errors
 
 
 def collect(module):
     """The verdicts of a background run of this module on this host (results_file)."""
     timeout = module.params['results_timeout']
-    if math.isnan(timeout) or not 0 <= timeout <= 86400:
+    if in_range(timeout, (0, 86400, True)) is None:
         module.fail_json(msg='results_timeout must be from 0 to 86400, got %s' % timeout)
     result, why = read_results(module.params['results_file'], timeout)
     if result is None:

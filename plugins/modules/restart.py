@@ -221,7 +221,6 @@ memory:
 '''
 
 import json
-import math
 import os
 import time
 
@@ -246,7 +245,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     run_commands,
     stop_start_commands,
 )
-from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, in_range, range_words
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
 
 
@@ -288,11 +287,9 @@ def main():
     waits = p['wait_ready'] or p['action'] == 'wait_ready'
     limits = list(READY_LIMITS.items()) + list(_host.MEMORY_LIMITS.items()) + [
         ('metrics_timeout', CHECK_LIMITS['metrics_timeout'])]
-    for key, (low, high, closed) in limits:
-        value = p[key]
-        if math.isnan(value) or not low <= value <= high or (value == low and not closed):
-            module.fail_json(msg='%s must be %s %s and at most %s, got %s'
-                             % (key, 'at least' if closed else 'greater than', low, high, value))
+    for key, bounds in limits:
+        if in_range(p[key], bounds) is None:
+            module.fail_json(msg='%s must be %s, got %s' % (key, range_words(bounds), p[key]))
     if waits and not p['url']:
         module.fail_json(msg='url is required to wait until the server is ready (or set wait_ready: false)')
 

@@ -496,7 +496,6 @@ waited_for_lock:
   sample: 0.0
 '''
 
-import math
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -509,6 +508,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_re
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 from ansible_collections.modelops.vllm.plugins.module_utils._service import METHODS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS
+from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range
 
 STATES = list(VERDICTS)  # every verdict a check can give, from the one list (_types)
 
@@ -518,9 +518,8 @@ def invalid(p):
     errors = invalid_settings(dict((key, p[key]) for key in DEFAULTS))
     for key, low in (('lock_timeout', 0), ('status_timeout', 0), ('results_timeout', 0), ('log_lines', 0),
                      ('history_max_bytes', 4096), ('evidence_timeout', 0)):
-        value = p[key]
-        if math.isnan(value) or not low <= value <= 10 ** 9:
-            errors.append('%s must be a number from %s to 1e9, got %r' % (key, low, value))
+        if in_range(p[key], (low, 10 ** 9, True)) is None:
+            errors.append('%s must be a number from %s to 1e9, got %r' % (key, low, p[key]))
     return errors
 
 
