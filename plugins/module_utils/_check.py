@@ -30,6 +30,13 @@ from ansible_collections.modelops.vllm.plugins.module_utils._stall import Window
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, clip
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge, check_deadline, check_proxy
+from ansible_collections.modelops.vllm.plugins.module_utils import _vllm
+
+# The engines a check knows, by name: each an engine profile (_vllm.EngineProfile) that the client, the
+# window and the judge receive. A second engine is one entry here (its profile, its fixtures and a simulator
+# mode); which one a check uses is ``check_one``'s ``engine``, not a module option.
+ENGINES = {_vllm.NAME: _vllm.PROFILE}
+DEFAULT_ENGINE = _vllm.NAME
 
 # The options that may differ per server; the others are shared.
 PER_SERVER = ('name', 'url', 'kind', 'api_key', 'model', 'probe_api')
@@ -61,7 +68,8 @@ class Memory(object):
     back atomically, never in check mode. Every fault turns the rule off for this check, and the
     evidence says why: it can only delay a finding, never make one."""
 
-    def __init__(self, spec, name, url):
+    def __init__(self, spec, name, url, profile=_vllm.PROFILE):
+        self.profile = profile
         self.fd = None
         self.path = None
         self.write = not spec.get('_check_mode')
@@ -69,26 +77,28 @@ class Memory(object):
         window = float(spec.get('stall_window') or 0)
         state_dir = spec.get('state_dir')
         if window <= 0:
-            self.window = Window(None, 0, off='stall_window is 0')
+            self.window = Window(None, 0, off='stall_window is 0', profile=profile)
         elif not state_dir:
-            self.window = Window(None, window, off='no state_dir: the rule needs a memory across checks')
+            self.window = Window(None, window, off='no state_dir: the rule needs a memory across checks', profile=profile)
         else:
             self.window = self._open(state_dir, name, window)
 
     def _open(self, state_dir, name, window):
         try:
             if not statedir.check_dir(state_dir, create=self.write):
-                return Window(None, window, off='state_dir %s does not exist (check mode creates nothing)' % state_dir)
+                return Window(None, window, off='state_dir %s does not exist (check mode creates nothing)' % state_dir,
+                              profile=self.profile)
             self.path = progress_file(state_dir, name)
             if self.write:
                 self.fd = statedir.open_lock(self.path[:-len('.json')] + '.lock')
                 if statedir.lock(self.fd, MEMORY_LOCK_TIMEOUT) is None:
                     self.close()
-                    return Window(None, window, off='another check of this server holds its progress memory')
+                    return Window(None, window, off='another check of this server holds its progress memory',
+                                  profile=self.profile)
             text = statedir.read_text(self.path)
         except (statedir.StateError, OSError) as exc:
             self.close()
-            return Window(None, window, off='the progress memory cannot be used: %s' % clip(exc))
+            return Window(None, window, off='the progress memory cannot be used: %s' % clip(exc), profile=self.profile)
         memory, note = None, None
         if text is not None:
             try:
@@ -97,7 +107,7 @@ class Memory(object):
                 note = 'the progress memory was not JSON: started afresh'
             if isinstance(memory, dict) and memory.get('url') != self.url:
                 memory, note = None, 'the server has another url than at the last check: started afresh'
-        return Window(memory, window, boot=_boot_id(), note=note)
+        return Window(memory, window, boot=_boot_id(), note=note, profile=self.profile)
 
     def keep(self):
         """Write the memory back (not in check mode); a failure is a note in the evidence."""
@@ -121,10 +131,12 @@ def summary_line(result):
     return '%s: %s - %s' % (result.get('name'), result.get('state'), result.get('reason'))
 
 
-def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client, monotonic=time.monotonic):
-    """Check one server. ``spec`` has the module's options. Returns the result
-    dict; a configuration error (TLS, bad URL, a request that cannot be sent)
+def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client, monotonic=time.monotonic,
+              engine=DEFAULT_ENGINE):
+    """Check one server. ``spec`` has the module's options; ``engine`` names its profile in ``ENGINES``.
+    Returns the result dict; a configuration error (TLS, bad URL, a request that cannot be sent)
     is a result with ``error`` set."""
+    profile = ENGINES[engine]
     checked_at = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
     deadline = check_deadline(spec['interval'], spec['probe_timeout'], spec['metrics_timeout'])
     name = spec.get('name') or display_url(spec['url'])
@@ -134,14 +146,14 @@ def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client, mono
                               ca_path=spec.get('ca_path'), metrics_timeout=spec['metrics_timeout'],
                               probe_timeout=spec['probe_timeout'], max_bytes=spec['metrics_max_bytes'],
                               probe_api=spec.get('probe_api') or 'completions', clock=monotonic,
-                              ends=monotonic() + deadline, use_proxy=spec.get('use_proxy', False))
+                              ends=monotonic() + deadline, use_proxy=spec.get('use_proxy', False), profile=profile)
         if spec.get('kind') == 'proxy':
             result = check_proxy(client)
         else:
-            memory = Memory(spec, name, display_url(spec['url']))
+            memory = Memory(spec, name, display_url(spec['url']), profile)
             result = Judge(client, interval=spec['interval'], model=spec.get('model'), sleep=sleep, clock=clock,
                            probe_timeout=spec['probe_timeout'], metrics_timeout=spec['metrics_timeout'],
-                           monotonic=monotonic, deadline=deadline, window=memory.window).run()
+                           monotonic=monotonic, deadline=deadline, window=memory.window, profile=profile).run()
             memory.keep()
         result['error'] = None
     except CheckError as exc:

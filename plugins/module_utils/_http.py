@@ -41,7 +41,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._urls import (
     validate_url,
 )
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched
-from ansible_collections.modelops.vllm.plugins.module_utils import _vllm as profile
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE
 
 # requests is imported where a request is made, not with this module: a check started in the
 # background (the task returns at once) and everything that only shows a URL do not pay for it.
@@ -83,11 +83,13 @@ def _classify(exc):
 
 
 class Client(object):
-    """The reads and the probe of one vLLM server (the ``server`` of Judge)."""
+    """The reads and the probe of one server (the ``server`` of Judge), at the endpoints of its engine
+    ``profile`` (vLLM's by default)."""
 
     def __init__(self, url, api_key=None, validate_certs=True, ca_path=None, metrics_timeout=10.0,
                  probe_timeout=30.0, max_bytes=DEFAULT_MAX_BYTES, probe_api='completions',
-                 clock=time.monotonic, ends=None, use_proxy=False):
+                 clock=time.monotonic, ends=None, use_proxy=False, profile=PROFILE):
+        self.profile = profile
         validate_url(url)
         validate_api_key(api_key)
         if api_key and url_secrets(url):
@@ -112,29 +114,29 @@ class Client(object):
 
     def metrics(self):
         # A Prometheus client library answers OpenMetrics if asked: ask for text.
-        return self.request('GET', profile.METRICS_PATH, self.metrics_timeout, headers={'Accept': 'text/plain'},
+        return self.request('GET', self.profile.metrics_path, self.metrics_timeout, headers={'Accept': 'text/plain'},
                             text_only=True, max_bytes=self.max_bytes)
 
     def health(self):
-        return self.request('GET', profile.HEALTH_PATH, self.metrics_timeout)
+        return self.request('GET', self.profile.health_path, self.metrics_timeout)
 
     def version(self):
-        return self.request('GET', profile.VERSION_PATH, self.metrics_timeout)
+        return self.request('GET', self.profile.version_path, self.metrics_timeout)
 
     def models(self):
-        return self.request('GET', profile.MODELS_PATH, self.metrics_timeout, auth=True)
+        return self.request('GET', self.profile.models_path, self.metrics_timeout, auth=True)
 
     def is_paused(self):
-        # vLLM's pause API (see _vllm.PAUSE_PATH): not under /v1/, so sent without the key.
-        return self.request('GET', profile.PAUSE_PATH, self.metrics_timeout)
+        # The engine's pause API (vLLM's: _vllm.PAUSE_PATH): not under /v1/, so sent without the key.
+        return self.request('GET', self.profile.pause_path, self.metrics_timeout)
 
     def probe(self, model):
         """One token, temperature 0: the smallest request that needs the engine."""
         if self.probe_api == 'chat':
-            path = profile.PROBE_PATHS['chat']
+            path = self.profile.probe_paths['chat']
             body = {'messages': [{'role': 'user', 'content': 'ping'}]}
         else:
-            path = profile.PROBE_PATHS['completions']
+            path = self.profile.probe_paths['completions']
             body = {'prompt': 'ping'}
         body.update({'max_tokens': 1, 'temperature': 0, 'stream': False})
         if model:
@@ -215,8 +217,8 @@ class Client(object):
                     except ValueError:
                         return Fetched(error='redirect', message='a redirect to a location that is not a URL')
                     if other:
-                        return Fetched(error='redirect', message='redirected to another server (%s); point url at '
-                                                                 'the vLLM server itself' % display_url(target)[:200])
+                        return Fetched(error='redirect', message='redirected to another server (%s); point url at the '
+                                       '%s server itself' % (display_url(target)[:200], self.profile.title))
                     url = target
                     continue
                 return self._read_body(response, text_only, max_bytes)

@@ -12,7 +12,8 @@ waiting, deferred waiting requests, the KV-cache gauge, the sleep state, and
 the progress counters summed over their other labels. For the process as a
 whole it keeps the start time and the ``*_created`` values of vLLM series,
 which together tell whether two readings came from the same process. vLLM's
-series and label names come from its profile, ``_vllm``.
+series and label names come from the engine profile it is given (``profile``, vLLM's
+``_vllm.PROFILE`` by default), which the reading keeps (``Reading.profile``).
 
 A number that cannot be true is not a reading: a gauge that is negative, NaN
 or infinite, a KV-cache usage outside 0..1, a counter that is negative or not
@@ -30,32 +31,7 @@ import math
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import iter_samples
 from ansible_collections.modelops.vllm.plugins.module_utils._types import MAX_NAME
-from ansible_collections.modelops.vllm.plugins.module_utils._vllm import (
-    AWAKE,
-    CREATED_SUFFIX,
-    DEFAULT_ENGINE,
-    DEFERRED,
-    ENGINE_LABEL,
-    FINISHED_LABEL,
-    GAUGES,
-    GENERATION,
-    KV_CACHE,
-    MODEL_LABEL,
-    NOT_COMPLETED,
-    PREFIX,
-    PROGRESS_COUNTERS,
-    REASON_LABEL,
-    RUNNING,
-    SLEEP_LABEL,
-    SLEEP_STATE,
-    START_TIME,
-    STEPS,
-    SUCCESS,
-    V0_ONLY,
-    WAITING,
-    WAITING_BY_REASON,
-    WEIGHT_UPDATES,
-)
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE
 
 # More data-parallel engines than any deployment has: past it the exposition is not judged.
 MAX_ENGINES = 256
@@ -65,11 +41,16 @@ EVIDENCE_ENGINES = 16
 MAX_REQUESTS = 1e9
 # Values left out, named per engine in the evidence; past this many they are only counted.
 MAX_PROBLEMS = 5
-_WANTED = frozenset(PROGRESS_COUNTERS + GAUGES + V0_ONLY + (START_TIME,))
 
 
-def _wanted(name):
-    return name in _WANTED or (name.startswith(PREFIX) and name.endswith(CREATED_SUFFIX))
+def _wanted(profile):
+    """The filter of the series a reading of this engine keeps."""
+    names = frozenset(profile.progress_counters + profile.gauges + profile.v0_only + (profile.start_time,))
+    prefix, suffix = profile.prefix, profile.created_suffix
+
+    def wanted(name):
+        return name in names or (name.startswith(prefix) and name.endswith(suffix))
+    return wanted
 
 
 def _finite(value):
@@ -88,7 +69,7 @@ class EngineReading(object):
     """One engine's numbers in one reading."""
 
     __slots__ = ('running', 'waiting', 'deferred', 'kv_cache', 'awake', 'counters', 'completed', 'model_name',
-                 'problems', 'bad_counters', 'bad_gauges')
+                 'problems', 'bad_counters', 'bad_gauges', 'bad_requests')
 
     def __init__(self):
         self.running = None
@@ -104,11 +85,12 @@ class EngineReading(object):
         self.problems = []
         self.bad_counters = set()
         self.bad_gauges = set()
+        self.bad_requests = False  # a request gauge (running, waiting, deferred) had a value that cannot be true
 
     @property
     def in_flight(self):
         """Requests running and waiting; None when a request gauge is not a reading."""
-        if self.bad_gauges & _REQUEST_GAUGES:
+        if self.bad_requests:
             return None
         # Deferred requests are part of waiting (0.25+); a deferred count above it still counts.
         return (self.running or 0) + max(self.waiting or 0, self.deferred or 0)
@@ -133,9 +115,6 @@ class EngineReading(object):
         if self.problems:
             out['problems'] = list(self.problems)
         return out
-
-
-_REQUEST_GAUGES = frozenset((RUNNING, WAITING, WAITING_BY_REASON))
 
 
 def judgeable(before, after):
@@ -163,7 +142,9 @@ class Reading(object):
     """One scrape of /metrics, reduced to what the verdict needs."""
 
     def __init__(self, engines, start_time, created, has_vllm, at=None, seconds=None, v0=False, problems=None,
-                 weight_updates=None):
+                 weight_updates=None, profile=PROFILE):
+        # The engine profile the reading was made with: its counters' names are the profile's.
+        self.profile = profile
         self.v0 = v0
         # RL weight-transfer operations in flight (None: the server does not report them).
         self.weight_updates = weight_updates
@@ -240,8 +221,8 @@ class Reading(object):
             'waiting': self.waiting,
             'deferred': self.deferred,
             'kv_cache_usage': self.kv_cache,
-            'steps': self.counter(STEPS),
-            'generation_tokens': self.counter(GENERATION),
+            'steps': self.counter(self.profile.steps),
+            'generation_tokens': self.counter(self.profile.generation),
             'weight_updates': self.weight_updates,
             'engines': dict((k, self.engines[k].as_dict()) for k in keys[:EVIDENCE_ENGINES]),
         }
@@ -258,43 +239,48 @@ def engine_order(key):
     return (0, int(key), '') if key.isdigit() and len(key) < 10 else (1, 0, key)
 
 
-def _problem(engine, name, value):
+def _problem(engine, name, value, prefix):
     """Note a value that cannot be true (the first MAX_PROBLEMS per engine by name and value, the rest counted)."""
     if len(engine.problems) < MAX_PROBLEMS:
-        engine.problems.append('%s=%s' % (name.replace(PREFIX, ''), _fmt(value)))
+        engine.problems.append('%s=%s' % (name.replace(prefix, ''), _fmt(value)))
     elif len(engine.problems) == MAX_PROBLEMS:
         engine.problems.append('and more')
 
 
-def _gauge(engine, name, value, top):
+def _gauge(engine, name, value, top, prefix):
     """A gauge's value when it can be true (0..top, finite), else None and a problem noted."""
     if _finite(value) and 0 <= value <= top:
         return value
     engine.bad_gauges.add(name)
-    _problem(engine, name, value)
+    _problem(engine, name, value, prefix)
     return None
 
 
-def _add_requests(engine, attr, name, value):
+def _add_requests(engine, attr, name, value, prefix):
     """A request gauge, summed over its other labels (never the last sample alone: one label set
     saying 3 and another saying 0 is 3 in flight); once one sample cannot be true, the gauge is none."""
     if name in engine.bad_gauges:
         return
-    value = _gauge(engine, name, value, MAX_REQUESTS)
+    value = _gauge(engine, name, value, MAX_REQUESTS, prefix)
     if value is None:
+        engine.bad_requests = True
         setattr(engine, attr, None)
         return
     total = (getattr(engine, attr) or 0) + value
     if total > MAX_REQUESTS:
         engine.bad_gauges.add(name)
-        _problem(engine, name, total)
+        engine.bad_requests = True
+        _problem(engine, name, total, prefix)
         setattr(engine, attr, None)
         return
     setattr(engine, attr, total)
 
 
-def reading_from_samples(samples, at=None, seconds=None):
-    """Reduce parsed samples (name, labels, value) to a Reading (ReadingError past MAX_ENGINES)."""
+def reading_from_samples(samples, at=None, seconds=None, profile=PROFILE):
+    """Reduce parsed samples (name, labels, value) to a Reading (ReadingError past MAX_ENGINES), by the names of
+    the engine ``profile``."""
+    p = profile
+    prefix = p.prefix
     engines = {}
     created = {}
     start_time = None
@@ -305,12 +291,12 @@ def reading_from_samples(samples, at=None, seconds=None):
     weight_bad = False
 
     def engine_for(labels):
-        key = DEFAULT_ENGINE
+        key = p.default_engine
         model = None
         for label, value in labels:
-            if label == ENGINE_LABEL:
+            if label == p.engine_label:
                 key = value
-            elif label == MODEL_LABEL:
+            elif label == p.model_label:
                 model = value
         engine = engines.get(key)
         if engine is None:
@@ -323,95 +309,97 @@ def reading_from_samples(samples, at=None, seconds=None):
         return engine
 
     for name, labels, value in samples:
-        if name == START_TIME:
+        if name == p.start_time:
             if _finite(value) and value > 0:
                 start_time = value
             else:
-                problems.append('%s=%s' % (START_TIME, _fmt(value)))
+                problems.append('%s=%s' % (p.start_time, _fmt(value)))
             continue
-        if not name.startswith(PREFIX):
+        if not name.startswith(prefix):
             continue
         has_vllm = True
-        if name == WEIGHT_UPDATES:
+        if name == p.weight_updates:
             # One sample that cannot be true spoils it: then nobody may take it for a pause.
             if not weight_bad:
                 if _finite(value) and 0 <= value <= MAX_REQUESTS:
                     weight_updates = (weight_updates or 0) + value
                 else:
                     weight_bad = True
-                    problems.append('%s=%s' % (WEIGHT_UPDATES.replace(PREFIX, ''), _fmt(value)))
+                    problems.append('%s=%s' % (p.weight_updates.replace(prefix, ''), _fmt(value)))
             continue
-        if name in V0_ONLY:
+        if name in p.v0_only:
             v0 = True
             continue
-        if name.endswith(CREATED_SUFFIX):
+        if name.endswith(p.created_suffix):
             if _finite(value) and len(created) < 4 * MAX_ENGINES:
                 created[(name, tuple(sorted(labels)))] = value
             continue
         engine = engine_for(labels)
-        if name == RUNNING:
-            _add_requests(engine, 'running', name, value)
-        elif name == WAITING:
-            _add_requests(engine, 'waiting', name, value)
-        elif name == WAITING_BY_REASON:
-            if dict(labels).get(REASON_LABEL) == DEFERRED:
-                _add_requests(engine, 'deferred', name, value)
-        elif name in KV_CACHE:
+        if name == p.running:
+            _add_requests(engine, 'running', name, value, prefix)
+        elif name == p.waiting:
+            _add_requests(engine, 'waiting', name, value, prefix)
+        elif name == p.waiting_by_reason:
+            if dict(labels).get(p.reason_label) == p.deferred:
+                _add_requests(engine, 'deferred', name, value, prefix)
+        elif name in p.kv_cache:
             # Multiprocess mode of 0.10/0.11 may add a pid label: take the max. One sample that cannot be
             # true spoils the gauge (it is then no progress series).
             if name in engine.bad_gauges:
                 continue
-            value = _gauge(engine, name, value, 1.0)
+            value = _gauge(engine, name, value, 1.0, prefix)
             if value is None:
                 engine.kv_cache = None
             elif engine.kv_cache is None or value > engine.kv_cache:
                 engine.kv_cache = value
-        elif name == SLEEP_STATE:
-            if dict(labels).get(SLEEP_LABEL) == AWAKE and name not in engine.bad_gauges:
-                value = _gauge(engine, name, value, 1.0)
+        elif name == p.sleep_state:
+            if dict(labels).get(p.sleep_label) == p.awake and name not in engine.bad_gauges:
+                value = _gauge(engine, name, value, 1.0, prefix)
                 engine.awake = None if value is None else value >= 1
-        elif name in PROGRESS_COUNTERS:
+        elif name in p.progress_counters:
             if name in engine.bad_counters:
                 continue
             total = engine.counters.get(name, 0.0) + value
             if _finite(value) and value >= 0 and _finite(total):
                 engine.counters[name] = total
-                if name == SUCCESS and dict(labels).get(FINISHED_LABEL) not in NOT_COMPLETED:
+                if name == p.success and dict(labels).get(p.finished_label) not in p.not_completed:
                     engine.completed = (engine.completed or 0.0) + value
-                elif name == SUCCESS and engine.completed is None:
+                elif name == p.success and engine.completed is None:
                     engine.completed = 0.0
             else:
                 # One sample of a counter that cannot be true spoils its sum: leave the counter out.
                 engine.bad_counters.add(name)
                 engine.counters.pop(name, None)
-                if name == SUCCESS:
+                if name == p.success:
                     engine.completed = None
-                _problem(engine, name, value)
+                _problem(engine, name, value, prefix)
     return Reading(engines, start_time, created, has_vllm, at=at, seconds=seconds, v0=v0, problems=problems,
-                   weight_updates=None if weight_bad else weight_updates)
+                   weight_updates=None if weight_bad else weight_updates, profile=profile)
 
 
-def read_text(text, at=None, seconds=None):
-    """Parse exposition text into a Reading (raises ExpositionError or ReadingError)."""
-    return reading_from_samples(iter_samples(text, _wanted), at=at, seconds=seconds)
+def read_text(text, at=None, seconds=None, profile=PROFILE):
+    """Parse exposition text into a Reading of the engine ``profile`` (raises ExpositionError or ReadingError)."""
+    return reading_from_samples(iter_samples(text, _wanted(profile)), at=at, seconds=seconds, profile=profile)
 
 
-def progress_counters(idle_ticks=False):
+def progress_counters(idle_ticks=False, profile=PROFILE):
     """The counters whose rise means work; without the step count on V0/0.7.x,
     where an idle engine observes zeros into the step histogram."""
     if idle_ticks:
-        return tuple(c for c in PROGRESS_COUNTERS if c != STEPS)
-    return PROGRESS_COUNTERS
+        return tuple(c for c in profile.progress_counters if c != profile.steps)
+    return profile.progress_counters
 
 
 def engine_moves(before, after, idle_ticks=False):
     """What moved on each engine between two readings of the same process.
 
     Returns {engine: {name: delta}} with only the counters that rose and the
-    KV-cache gauge if it changed. An engine absent from a reading has no moves.
+    KV-cache gauge if it changed. An engine absent from a reading has no moves. The names are those
+    of the later reading's engine profile.
     """
     moves = {}
-    names = progress_counters(idle_ticks)
+    profile = after.profile
+    names = progress_counters(idle_ticks, profile)
     for key, new in after.engines.items():
         old = before.engines.get(key)
         if old is None:
@@ -423,7 +411,7 @@ def engine_moves(before, after, idle_ticks=False):
                 if delta > 0:
                     moved[name] = delta
         if old.kv_cache is not None and new.kv_cache is not None and new.kv_cache != old.kv_cache:
-            moved[KV_CACHE[0]] = round(new.kv_cache - old.kv_cache, 6)
+            moved[profile.kv_cache[0]] = round(new.kv_cache - old.kv_cache, 6)
         moves[key] = moved
     return moves
 
@@ -435,9 +423,10 @@ def same_process(before, after):
     The ladder of vllm-facts.md: start time; else the *_created values; else
     any counter that went down.
     """
+    start_name = after.profile.start_time
     has_start = before.start_time is not None and after.start_time is not None
     if has_start and before.start_time != after.start_time:
-        return False, 'process_start_time_seconds changed from %s to %s' % (before.start_time, after.start_time)
+        return False, '%s changed from %s to %s' % (start_name, before.start_time, after.start_time)
     # The start time has a resolution of 10 ms: two processes can share it, so look further.
     common = set(before.created) & set(after.created)
     changed = [k for k in common if before.created[k] != after.created[k]]
@@ -451,7 +440,7 @@ def same_process(before, after):
             if name in old.counters and value < old.counters[name]:
                 return False, '%s went down on engine %s (%s -> %s)' % (name, key, old.counters[name], value)
     if has_start:
-        return True, 'same process_start_time_seconds'
+        return True, 'same %s' % start_name
     if common:
         return True, 'same *_created values'
     return None, 'no start time or *_created series; no counter went down'

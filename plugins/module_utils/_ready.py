@@ -47,12 +47,14 @@ READY_LIMITS = {
 
 
 def read_process(client):
-    """What the server's /metrics say now, as a Reading, or None when they cannot be read."""
+    """What the server's /metrics say now, as a Reading (of the client's engine profile, when it has one), or
+    None when they cannot be read."""
     fetched = client.metrics()
     if fetched.error or fetched.status != 200:
         return None
+    profile = getattr(client, 'profile', None)
     try:
-        return read_text(fetched.text)
+        return read_text(fetched.text) if profile is None else read_text(fetched.text, profile=profile)
     except (ExpositionError, ReadingError):
         return None
 
@@ -97,9 +99,8 @@ def new_process(before, after):
     if same:
         return False, 'the process that answers is the one from before the restart (%s): it was not restarted (yet)' \
             % how
-    return False, ('nothing shows that another process answers (%s; vLLM with --api-server-count above 1 reports '
-                   'no start time, and only counters that went down could show it): the restart is not '
-                   'confirmed' % how)
+    return False, ('nothing shows that another process answers (%s; %s, and only counters that went down could '
+                   'show it): the restart is not confirmed' % (how, after.profile.no_start_time_hint))
 
 
 def wait_ready(client, timeout, delay, model=None, sleep=None, clock=None, before=None):

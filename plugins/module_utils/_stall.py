@@ -48,7 +48,7 @@ import math
 import time
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
-from ansible_collections.modelops.vllm.plugins.module_utils._vllm import STALL_COUNTERS
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE
 
 VERSION = 1
 # Engines whose streak the memory keeps (as many as a reading judges).
@@ -62,7 +62,8 @@ MIN_KV_DROPS = 3
 
 USEFUL = ('generation', 'completed')
 ACTIVITY = ('steps', 'prompt', 'preemptions')
-_COUNTER = STALL_COUNTERS
+# The counters the rule follows, by its own names; the engine profile names their series (``stall_counters``).
+COUNTERS = ('generation', 'steps', 'prompt', 'preemptions')
 # Checks that say the process changed, or that the engine is frozen on purpose: every streak ends.
 RESET = ('restarted', 'starting', 'sleeping', 'paused')
 # Checks that judged the engine from reads of one process: they start, extend or end streaks.
@@ -73,9 +74,9 @@ def _finite(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def values(engine):
+def values(engine, profile=PROFILE):
     """The numbers of one engine's reading that the rule uses (None where missing)."""
-    out = dict((key, engine.counters.get(name)) for key, name in _COUNTER.items())
+    out = dict((key, engine.counters.get(profile.stall_counters[key])) for key in COUNTERS)
     out['completed'] = engine.completed
     out['kv'] = engine.kv_cache
     return out
@@ -120,34 +121,35 @@ def load(memory):
         if not ((start is None or _finite(start)) and isinstance(created, list) and len(created) <= MAX_CREATED
                 and all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and _finite(c[1]) for c in created)
                 and isinstance(counters, dict) and len(counters) <= MAX_ENGINES
-                and all(isinstance(k, str) and _numbers(v, tuple(_COUNTER)) for k, v in counters.items())):
+                and all(isinstance(k, str) and _numbers(v, COUNTERS) for k, v in counters.items())):
             return fresh(), 'its process is not what this module writes'
     return memory, None
 
 
-def _identity(reading):
+def _identity(reading, profile):
     """What the memory keeps of a reading's process: enough for ``_readings.same_process``."""
     created = sorted(('%s%r' % (name, labels), value) for (name, labels), value in reading.created.items())
     keys = sorted(reading.engines, key=readings.engine_order)[:MAX_ENGINES]
-    counters = dict((key, dict((k, reading.engines[key].counters.get(name)) for k, name in _COUNTER.items()))
+    counters = dict((key, dict((k, reading.engines[key].counters.get(profile.stall_counters[k])) for k in COUNTERS))
                     for key in keys)
     return {'start_time': reading.start_time, 'created': [list(c) for c in created[:MAX_CREATED]], 'counters': counters}
 
 
-def _as_reading(process):
+def _as_reading(process, profile):
     """A kept identity as a Reading, to compare with another through ``same_process``."""
     engines = {}
     for key, vals in process['counters'].items():
         engine = readings.EngineReading()
-        engine.counters = dict((_COUNTER[k], v) for k, v in vals.items() if k in _COUNTER and v is not None)
+        engine.counters = dict((profile.stall_counters[k], v) for k, v in vals.items() if k in COUNTERS and v is not None)
         engines[key] = engine
     created = dict((('created', name), value) for name, value in process['created'])
-    return readings.Reading(engines, process.get('start_time'), created, True)
+    return readings.Reading(engines, process.get('start_time'), created, True, profile=profile)
 
 
-def _same_process(process, reading):
+def _same_process(process, reading, profile):
     """False when the reading comes from another process than the kept identity (the ladder)."""
-    return readings.same_process(_as_reading(process), _as_reading(_identity(reading)))[0] is not False
+    return readings.same_process(_as_reading(process, profile),
+                                 _as_reading(_identity(reading, profile), profile))[0] is not False
 
 
 def _useful(vals):
@@ -169,9 +171,9 @@ def _grew(before, after):
                 if after.get(k) is not None and before.get(k) is not None and after[k] > before[k])
 
 
-def _extend(streaks, key, engine, read, boot):
+def _extend(streaks, key, engine, read, boot, profile):
     """One read of one engine: start, extend or end its streak."""
-    vals = values(engine)
+    vals = values(engine, profile)
     work = bool(engine.in_flight) and engine.awake is not False
     if not work or any(vals[k] is None for k in USEFUL):
         streaks.pop(key, None)
@@ -188,12 +190,12 @@ def _extend(streaks, key, engine, read, boot):
     streaks[key] = dict(entry, last=vals, kv_drops=drops)
 
 
-def observe(memory, reads, state, window, boot=None):
+def observe(memory, reads, state, window, boot=None, profile=PROFILE):
     """Update the memory with one check's reads, and find the engines stalled for ``window`` seconds.
 
     ``reads``: the check's readings, in order (each with ``at``, wall seconds, and ``mono``);
     ``state``: the check's verdict (``deferred`` for a check that found only deferred work that did
-    not move). Returns (memory, finding, summary): ``finding`` is None, or {'kind': 'livelock' or
+    not move); ``profile``: the engine profile that names the counters. Returns (memory, finding, summary): ``finding`` is None, or {'kind': 'livelock' or
     'stranded', 'engines', 'since', 'seconds', 'steps', 'prompt', 'preemptions', 'kv_drops'};
     ``summary`` is the evidence of every streak.
     """
@@ -207,10 +209,10 @@ def observe(memory, reads, state, window, boot=None):
     reads = [r for r in reads if r is not None and _finite(getattr(r, 'at', None))]
     if state not in JUDGED or not reads:
         return memory, None, _summarize(memory, reads, summary, boot)
-    if any(not _same_process(_identity(reads[0]), r) for r in reads[1:]):
+    if any(not _same_process(_identity(reads[0], profile), r, profile) for r in reads[1:]):
         # Reads of two processes in one check are a restart: the check judges it, this rule starts over.
         return fresh(), None, summary
-    if memory['process'] is not None and not _same_process(memory['process'], reads[0]):
+    if memory['process'] is not None and not _same_process(memory['process'], reads[0], profile):
         memory = fresh()
         summary['note'] = 'another process than at the last check: every streak ended'
     before = dict((key, dict(entry)) for key, entry in memory['engines'].items())
@@ -219,8 +221,8 @@ def observe(memory, reads, state, window, boot=None):
         for key in [k for k in streaks if k not in read.engines]:
             del streaks[key]
         for key, engine in read.engines.items():
-            _extend(streaks, key, engine, read, boot)
-    memory = {'version': VERSION, 'process': _identity(reads[-1]), 'engines': streaks}
+            _extend(streaks, key, engine, read, boot, profile)
+    memory = {'version': VERSION, 'process': _identity(reads[-1], profile), 'engines': streaks}
     summary = _summarize(memory, reads, summary, boot)
     found = _stalled(streaks, before, reads[-1], state, window, boot)
     if not found or window <= 0:
@@ -303,9 +305,10 @@ class Window(object):
     """The window rule for one check: the memory in, the memory to keep out (``memory``).
 
     ``off`` says why the rule is off (no ``state_dir``, a window of 0): then it finds nothing, and
-    the evidence says why."""
+    the evidence says why. ``profile``: the engine profile that names the counters the rule follows."""
 
-    def __init__(self, memory, window, boot=None, off=None, note=None):
+    def __init__(self, memory, window, boot=None, off=None, note=None, profile=PROFILE):
+        self.profile = profile
         self.memory = memory
         self.window = window
         self.boot = boot
@@ -316,7 +319,8 @@ class Window(object):
     def observe(self, reads, state):
         if self.off:
             return None
-        self.memory, finding, self.summary = observe(self.memory, reads, state, self.window, self.boot)
+        self.memory, finding, self.summary = observe(self.memory, reads, state, self.window, self.boot,
+                                                     self.profile)
         if self.note:
             self.summary['note'] = '; '.join(n for n in (self.note, self.summary.get('note')) if n)
         return finding

@@ -2,7 +2,7 @@
 # Copyright (c) modelops.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The decision procedure: is a vLLM server idle, busy, stuck, ...?
+"""The decision procedure: is a vLLM server (or another engine's, by its profile) idle, busy, stuck, ...?
 
 Private to this collection. The HTTP reads, the sleep and the clock are
 injected, so every branch is tested without a server and without sleeping.
@@ -26,8 +26,7 @@ import json
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched, clip, model_ids
-from ansible_collections.modelops.vllm.plugins.module_utils import _vllm as profile
-from ansible_collections.modelops.vllm.plugins.module_utils._vllm import engine_is_dead, pause_answer, parse_version
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE
 
 # A probe counts as unanswered only when it waited this share of probe_timeout (clock granularity).
 FULL_WAIT = 0.98
@@ -91,9 +90,9 @@ def probe_outcome(fetched, probe_timeout=None):
     return 'invalid'
 
 
-def _dead_or(fetched_health, verdict):
+def _dead_or(profile, fetched_health, verdict):
     return ('down', 'the engine is dead: /health answered %s' % fetched_health.describe()) \
-        if engine_is_dead(fetched_health) else verdict
+        if profile.engine_is_dead(fetched_health) else verdict
 
 
 def _count(value):
@@ -105,12 +104,16 @@ class Judge(object):
     """One check of one server. Use ``Judge(...).run()``.
 
     ``clock`` gives the wall time kept in the evidence; ``monotonic`` measures waits and the
-    overall ``deadline`` (seconds from the start of ``run``; None for no limit).
+    overall ``deadline`` (seconds from the start of ``run``; None for no limit). ``profile`` is the
+    engine profile (vLLM's by default): its metric names, version quirk, dead-engine statuses, pause
+    answer and the wording of its flags.
     """
 
     def __init__(self, server, interval=5.0, model=None, sleep=None, clock=None,
-                 probe_timeout=None, metrics_timeout=None, monotonic=None, deadline=None, window=None):
+                 probe_timeout=None, metrics_timeout=None, monotonic=None, deadline=None, window=None,
+                 profile=PROFILE):
         self.server = server
+        self.profile = profile
         # Useful progress across checks (_stall.Window), or None with the reason it is off.
         self.window = window
         self.interval = float(interval)
@@ -163,7 +166,7 @@ class Judge(object):
         if fetched.error or fetched.status != 200:
             return None, fetched
         try:
-            reading = readings.read_text(fetched.text, at=at, seconds=fetched.seconds)
+            reading = readings.read_text(fetched.text, at=at, seconds=fetched.seconds, profile=self.profile)
         except (ExpositionError, readings.ReadingError) as exc:
             return None, Fetched(status=200, error='invalid', message='not Prometheus text this check can judge: %s'
                                  % clip(exc), seconds=fetched.seconds)
@@ -187,20 +190,21 @@ class Judge(object):
         last = self.readings[-1] if self.readings else None
         if last is not None and last.weight_updates:
             return self.finish('paused', 'a weight update is in flight (%s %s): generation is frozen on purpose; '
-                                         'not probed, not judged' % (profile.WEIGHT_UPDATES, _count(last.weight_updates)))
+                                         'not probed, not judged'
+                               % (self.profile.weight_updates, _count(last.weight_updates)))
         if self.pause_asked:
             return None
         fetched = self.server.is_paused()
-        proven = pause_answer(fetched)
+        proven = self.profile.pause_answer(fetched)
         body = fetched.json() if fetched.status == 200 and not fetched.error else None
         self.pause_answers.append(clip('%s%s' % (fetched.describe(), ' %s' % json.dumps(body) if body is not None
                                                  else ''), 120))
         if proven:
-            return self.finish('paused', 'the engine is paused on purpose (GET /is_paused answered {"is_paused": '
-                                         'true}): not probed, not judged')
+            return self.finish('paused', 'the engine is paused on purpose (%s): not probed, not judged'
+                               % self.profile.pause_proof)
         # Only a definite "not paused" is worth asking again later in this check: no endpoint (404,
         # VLLM_SERVER_DEV_MODE off) stays so, and a hung engine leaves the RPC unanswered.
-        self.pause_asked = not (isinstance(body, dict) and body.get('is_paused') is False)
+        self.pause_asked = not self.profile.pause_denied(fetched)
         return None
 
     def probe(self):
@@ -252,8 +256,8 @@ class Judge(object):
             'running': last.running if last else None,
             'waiting': last.waiting if last else None,
             'kv_cache_usage': last.kv_cache if last else None,
-            'steps_per_second': readings.rate(first, last, profile.STEPS) if first is not last and first else None,
-            'generation_tokens_per_second': (readings.rate(first, last, profile.GENERATION)
+            'steps_per_second': readings.rate(first, last, self.profile.steps) if first is not last and first else None,
+            'generation_tokens_per_second': (readings.rate(first, last, self.profile.generation)
                                              if first is not last and first else None),
             'version': self.version,
             'model': self.model or self._model_from_metrics() or (self.models[0] if self.models else None),
@@ -294,7 +298,7 @@ class Judge(object):
         if fetched.status == 404:
             return self.probe_only('/metrics answered 404')
         if fetched.status >= 500:
-            state, reason = _dead_or(self.check_health(), (
+            state, reason = _dead_or(self.profile, self.check_health(), (
                 'unknown', '/metrics answered HTTP %s while /health answered %s'
                 % (fetched.status, self.health.describe())))
             return self.finish(state, reason)
@@ -313,7 +317,7 @@ class Judge(object):
         """No usable metrics: judge by a one-token probe alone, never 'stuck'."""
         self.note(why)
         health = self.check_health()
-        if engine_is_dead(health):
+        if self.profile.engine_is_dead(health):
             return self.finish('down', 'the engine is dead: /health answered %s (%s)' % (health.describe(), why))
         paused = self.paused()
         if paused:
@@ -343,7 +347,7 @@ class Judge(object):
                                           'answered, so this is no hang' % (fetched.seconds or 0.0, fetched.describe()))
         if outcome in ('server_error', 'refused', 'dropped'):
             health = self.check_health()
-            if engine_is_dead(health):
+            if self.profile.engine_is_dead(health):
                 return self.finish('down', 'the probe got %s and /health answered %s'
                                    % (fetched.describe(), health.describe()))
             if outcome == 'dropped':
@@ -380,19 +384,18 @@ class Judge(object):
         body = version.json() if not version.error and version.status == 200 else None
         if isinstance(body, dict) and isinstance(body.get('version'), str) and len(body['version']) <= 64:
             self.version = body['version']
-            parsed = parse_version(self.version)
+            parsed = self.profile.parse_version(self.version)
             # V0 and V1 0.7.x observe a 0 into the step histogram while idle.
-            if parsed is not None and parsed < profile.IDLE_TICKS_BEFORE:
+            if parsed is not None and parsed < self.profile.idle_ticks_before:
                 self.idle_ticks = True
         first, failed = self.read()
         if first is None:
             return self.unreadable(failed)
         if not first.has_vllm:
-            return self.probe_only('/metrics has no %s series (a server started with --disable-log-stats)'
-                                   % profile.PREFIX)
+            return self.probe_only('/metrics has no %s series (%s)' % (self.profile.prefix, self.profile.no_metrics_hint))
         if first.sleeping:
             return self.finish('sleeping', 'the engine sleeps on purpose (%s %s=0): not probed, not judged'
-                               % (profile.SLEEP_STATE, profile.AWAKE))
+                               % (self.profile.sleep_state, self.profile.awake))
         if first.in_flight is None:
             return self.not_readings(first)
         if first.in_flight == 0:
@@ -426,7 +429,7 @@ class Judge(object):
         if outcome != 'no_answer':
             return self.probe_failed(outcome, fetched)
         health = self.check_health()
-        if engine_is_dead(health):
+        if self.profile.engine_is_dead(health):
             return self.finish('down', 'the probe got no answer and /health answered %s' % health.describe())
         after, moved, ended = self.read_again(before)
         if ended:
@@ -507,7 +510,7 @@ class Judge(object):
         raise AssertionError('unreachable')  # pragma: no cover
 
     def _busy_reason(self, before, after, moved):
-        what = sorted(set(name.replace(profile.PREFIX, '') for names in moved.values() for name in names))
+        what = sorted(set(name.replace(self.profile.prefix, '') for names in moved.values() for name in names))
         return ('%s request(s) in flight and the engine moved within %s s (%s); no probe sent'
                 % (_count(max(before.in_flight, after.in_flight)), self.interval, ', '.join(what[:8])))
 
@@ -522,7 +525,7 @@ class Judge(object):
                                           'no engine step happened across two waits; deferred work can sit '
                                           'without steps, so this is not called stuck')
         health = self.check_health()
-        if engine_is_dead(health):
+        if self.profile.engine_is_dead(health):
             return self.finish('down', 'work in flight, nothing moved, and /health answered %s'
                                % health.describe())
         paused = self.paused()

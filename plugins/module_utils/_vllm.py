@@ -11,8 +11,11 @@ names, endpoints, version quirks and dead-engine statuses from here; docs/vllm-f
 fact comes from. tests/unit/extensions/test_prometheus_profile.py checks that the Prometheus rules
 (extensions/prometheus) watch the same series.
 
-Another engine whose counters fit the same rule would be another module like this one (with its
-fixtures and a simulator mode); docs/architecture.md lists what else it touches.
+The module's names are the facts; ``PROFILE`` (an ``EngineProfile``) is the same facts as one value, the
+one the reader (``read_text``), the window (``Window``), the client (``Client``) and the judge (``Judge``)
+receive (each defaults to it) and the registry ``_check.ENGINES`` names. Another engine whose counters fit
+the same rule is another ``EngineProfile`` (a module like this one, with its fixtures and a simulator mode)
+and one entry in that registry.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,6 +23,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+
+from collections import namedtuple
+from types import MappingProxyType
 
 NAME = 'vllm'
 
@@ -129,3 +135,61 @@ def pause_answer(fetched):
         return False
     body = fetched.json()
     return isinstance(body, dict) and body.get('is_paused') is True
+
+
+def pause_denied(fetched):
+    """True when an answer of GET /is_paused says definitely "not paused" (HTTP 200, {"is_paused": false}):
+    the only answer worth asking again later in the same check (404 without dev mode stays so, and a hung
+    engine leaves the RPC unanswered)."""
+    if fetched.error or fetched.status != 200:
+        return False
+    body = fetched.json()
+    return isinstance(body, dict) and body.get('is_paused') is False
+
+
+# -- wording: the engine's own flags and names in the sentences of a verdict -----------------------
+
+TITLE = 'vLLM'
+# Why an exposition has no series with PREFIX.
+NO_METRICS_HINT = 'a server started with --disable-log-stats'
+# What proved a pause (GET PAUSE_PATH and its answer).
+PAUSE_PROOF = 'GET /is_paused answered {"is_paused": true}'
+# Why a new process may show no start time (the restart's wait until ready).
+NO_START_TIME_HINT = 'vLLM with --api-server-count above 1 reports no start time'
+
+
+# -- the profile as one value ----------------------------------------------------------------------
+
+# What an engine profile gives the reader, the window, the client and the judge (the fields are the
+# module names above, in lower case). Another engine builds one of these.
+EngineProfile = namedtuple('EngineProfile', (
+    # metrics
+    'name', 'prefix', 'running', 'waiting', 'waiting_by_reason', 'kv_cache', 'sleep_state', 'weight_updates',
+    'start_time', 'v0_only', 'steps', 'generation', 'prompt', 'success', 'preemptions', 'progress_counters',
+    'gauges', 'created_suffix',
+    # labels
+    'engine_label', 'default_engine', 'model_label', 'reason_label', 'deferred', 'sleep_label', 'awake',
+    'finished_label', 'not_completed', 'stall_counters',
+    # endpoints
+    'metrics_path', 'health_path', 'version_path', 'models_path', 'pause_path', 'probe_paths',
+    # version quirk, dead-engine statuses, the pause answer: (parse_version(text) -> (major, minor) or None;
+    # engine_is_dead(fetched), pause_answer(fetched), pause_denied(fetched) -> bool)
+    'idle_ticks_before', 'parse_version', 'engine_is_dead', 'pause_answer', 'pause_denied',
+    # wording
+    'title', 'no_metrics_hint', 'pause_proof', 'no_start_time_hint',
+))
+
+PROFILE = EngineProfile(
+    name=NAME, prefix=PREFIX, running=RUNNING, waiting=WAITING, waiting_by_reason=WAITING_BY_REASON,
+    kv_cache=KV_CACHE, sleep_state=SLEEP_STATE, weight_updates=WEIGHT_UPDATES, start_time=START_TIME,
+    v0_only=V0_ONLY, steps=STEPS, generation=GENERATION, prompt=PROMPT, success=SUCCESS, preemptions=PREEMPTIONS,
+    progress_counters=PROGRESS_COUNTERS, gauges=GAUGES, created_suffix=CREATED_SUFFIX,
+    engine_label=ENGINE_LABEL, default_engine=DEFAULT_ENGINE, model_label=MODEL_LABEL, reason_label=REASON_LABEL,
+    deferred=DEFERRED, sleep_label=SLEEP_LABEL, awake=AWAKE, finished_label=FINISHED_LABEL,
+    not_completed=NOT_COMPLETED, stall_counters=MappingProxyType(dict(STALL_COUNTERS)),
+    metrics_path=METRICS_PATH, health_path=HEALTH_PATH, version_path=VERSION_PATH, models_path=MODELS_PATH,
+    pause_path=PAUSE_PATH, probe_paths=MappingProxyType(dict(PROBE_PATHS)),
+    idle_ticks_before=IDLE_TICKS_BEFORE, parse_version=parse_version, engine_is_dead=engine_is_dead,
+    pause_answer=pause_answer, pause_denied=pause_denied,
+    title=TITLE, no_metrics_hint=NO_METRICS_HINT, pause_proof=PAUSE_PROOF, no_start_time_hint=NO_START_TIME_HINT,
+)

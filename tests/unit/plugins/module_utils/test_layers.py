@@ -87,6 +87,62 @@ def test_the_reader_the_window_the_client_and_the_judge_read_the_engine_profile(
     assert '_vllm' in GRAPH[name], (name, sorted(GRAPH[name]))
 
 
+def _tree(name):
+    path = os.path.join(REPO, 'plugins', 'module_utils', name + '.py')
+    with open(path) as handle:
+        return ast.parse(handle.read(), path)
+
+
+@pytest.mark.parametrize('name', ['_readings', '_stall', '_http', '_verdict'])
+def test_they_take_from_vllm_only_the_default_profile_and_read_the_one_they_are_given(name):
+    """``from ..._vllm import PROFILE`` and nothing else (no module global of vLLM's), and PROFILE only as the
+    default of a ``profile`` argument: every other read goes through the profile they are given."""
+    tree = _tree(name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == MODULE_UTILS + '._vllm':
+            assert [alias.name for alias in node.names] == ['PROFILE'], (name, ast.unparse(node))
+        elif isinstance(node, ast.ImportFrom) and node.module == MODULE_UTILS:
+            assert '_vllm' not in [alias.name for alias in node.names], (name, ast.unparse(node))
+        elif isinstance(node, ast.Import):
+            assert MODULE_UTILS + '._vllm' not in [alias.name for alias in node.names], (name, ast.unparse(node))
+    defaults = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            args = node.args
+            named = args.args[len(args.args) - len(args.defaults):] + args.kwonlyargs
+            values = list(args.defaults) + list(args.kw_defaults)
+            for arg, value in zip(named, values):
+                if isinstance(value, ast.Name) and value.id == 'PROFILE':
+                    assert arg.arg == 'profile', (name, node.name, arg.arg)
+                    defaults.add(id(value))
+    uses = [node for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == 'PROFILE']
+    assert uses, name
+    assert all(id(node) in defaults for node in uses), (name, [node.lineno for node in uses if id(node) not in defaults])
+
+
+def test_only_the_defaulting_units_and_the_check_s_registry_import_the_engine_profile():
+    importers = set(name for name, imports in GRAPH.items() if '_vllm' in imports)
+    assert importers == {'_readings', '_stall', '_http', '_verdict', '_check'}, sorted(importers)
+    for path in glob.glob(os.path.join(REPO, 'plugins', '*', '*.py')):
+        if os.path.basename(os.path.dirname(path)) != 'module_utils':
+            assert '_vllm' not in collection_imports(path) and \
+                MODULE_UTILS + '._vllm' not in collection_imports(path), path
+
+
+def test_the_registry_names_the_vllm_profile_and_the_check_passes_it_on():
+    from ansible_collections.modelops.vllm.plugins.module_utils import _check, _vllm
+    assert _check.ENGINES == {'vllm': _vllm.PROFILE} and _check.DEFAULT_ENGINE == 'vllm'
+    source = ast.unparse(_tree('_check'))
+    for call in ('client_class(', 'Judge(', 'Window('):
+        for at in [i for i in range(len(source)) if source.startswith(call, i)]:
+            depth, end = 0, at
+            for end in range(at, len(source)):
+                depth += {'(': 1, ')': -1}.get(source[end], 0)
+                if depth == 0 and source[end] == ')':
+                    break
+            assert 'profile=' in source[at:end], (call, source[at:end])
+
+
 @pytest.mark.parametrize('name', ['_urls', '_http', '_ready', '_redact', '_results'])
 def test_what_reads_urls_and_answers_does_not_load_the_decision_procedure(name):
     assert '_verdict' not in reachable(name), (name, sorted(reachable(name)))

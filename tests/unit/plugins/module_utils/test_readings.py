@@ -3,6 +3,7 @@
 import pytest
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as r
+from ansible_collections.modelops.vllm.plugins.module_utils._vllm import GENERATION, STEPS
 
 from fakes import capture, engine, expo
 
@@ -25,7 +26,7 @@ def test_capture_values(name, running, waiting, steps, start):
     assert reading.has_vllm
     assert reading.running == running
     assert reading.waiting == waiting
-    assert reading.counter(r.STEPS) == steps
+    assert reading.counter(STEPS) == steps
     assert reading.start_time == start
     assert reading.model_name == 'tiny'
     assert list(reading.engines) == ['0']
@@ -40,13 +41,13 @@ def test_multiprocess_capture_has_no_start_time_no_created_no_gauges():
     assert reading.created == {}
     assert reading.running is None and reading.waiting is None
     assert reading.in_flight == 0
-    assert reading.counter(r.STEPS) == 0
+    assert reading.counter(STEPS) == 0
 
 
 def test_busy_captures_moved():
     moves = r.engine_moves(read('busy_1.prom'), read('busy_2.prom'))
-    assert moves['0'][r.STEPS] == 10556 - 4438
-    assert moves['0'][r.GENERATION] > 0
+    assert moves['0'][STEPS] == 10556 - 4438
+    assert moves['0'][GENERATION] > 0
 
 
 def test_stuck_captures_did_not_move():
@@ -86,7 +87,7 @@ def test_idle_ticks_are_not_progress_on_v0():
     a = r.read_text(expo({'0': engine(steps=10)}, v0=True))
     b = r.read_text(expo({'0': engine(steps=14)}, v0=True))
     assert a.v0 and b.v0
-    assert r.engine_moves(a, b) == {'0': {r.STEPS: 4.0}}
+    assert r.engine_moves(a, b) == {'0': {STEPS: 4.0}}
     assert r.engine_moves(a, b, idle_ticks=True) == {'0': {}}
 
 
@@ -94,7 +95,7 @@ def test_per_engine_values_and_sums():
     reading = r.read_text(expo({'0': engine(running=2, gen=10, kv=0.1), '1': engine(running=1, waiting=2, gen=5,
                                                                                     kv=0.3)}))
     assert reading.running == 3 and reading.waiting == 2 and reading.in_flight == 5
-    assert reading.counter(r.GENERATION) == 15
+    assert reading.counter(GENERATION) == 15
     assert reading.kv_cache == 0.3
     assert reading.engines['1'].running == 1
 
@@ -127,9 +128,9 @@ def test_unknown_extra_labels_are_tolerated():
 def test_rate():
     a = r.read_text(expo({'0': engine(steps=100, gen=300)}), at=10.0)
     b = r.read_text(expo({'0': engine(steps=600, gen=1300)}), at=15.0)
-    assert r.rate(a, b, r.STEPS) == 100.0
-    assert r.rate(a, b, r.GENERATION) == 200.0
-    assert r.rate(b, a, r.STEPS) is None
+    assert r.rate(a, b, STEPS) == 100.0
+    assert r.rate(a, b, GENERATION) == 200.0
+    assert r.rate(b, a, STEPS) is None
 
 
 def test_request_gauges_are_summed_over_their_other_labels_never_the_last_sample_alone():
