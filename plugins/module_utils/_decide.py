@@ -46,7 +46,7 @@ import json
 import math
 import re
 
-from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
+from ansible_collections.modelops.vllm.plugins.module_utils._types import duration, in_range, range_words
 
 NONE = 'none'
 RESTART = 'restart'
@@ -194,15 +194,6 @@ def normalize_history(history):
     return clean
 
 
-def _fmt(seconds):
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return '%dh%02dm' % (seconds // 3600, (seconds % 3600) // 60)
-    if seconds >= 60:
-        return '%dm%02ds' % (seconds // 60, seconds % 60)
-    return '%ds' % seconds
-
-
 def required_cooldown(restarts_in_window, base):
     """Cooldown after the last restart: base, doubled for every further restart
     in the window (negative feedback: each restart makes the next one later)."""
@@ -280,17 +271,17 @@ def _escalate(why, hist, recent, now, conf, state, result):
                       % why)
     if len(recent) >= int(conf['max_restarts']):
         return result(FAIL, '%s; a host reboot would be next, but the restart budget is spent: %d step(s) in the '
-                            'last %s; a human must look' % (why, len(recent), _fmt(window)))
+                            'last %s; a human must look' % (why, len(recent), duration(window)))
     reboots = _times(hist.get('reboots'), now, window)
     cooldown = float(conf['reboot_cooldown'])
     if reboots and now - reboots[-1] < cooldown:
         return result(FAIL, '%s; the host was rebooted %s, within the reboot cooldown of %s: a human must look'
-                      % (why, _when(reboots[-1], now), _fmt(cooldown)))
+                      % (why, _when(reboots[-1], now), duration(cooldown)))
     hist['restarts'] = recent + [now]
     hist['reboots'] = reboots + [now]
     hist['last_step'] = {'step': REBOOT, 'at': now, 'state': state}
     return result(REBOOT, 'reboot the host: %s (step %d of at most %d in %s)'
-                  % (why, len(hist['restarts']), int(conf['max_restarts']), _fmt(window)))
+                  % (why, len(hist['restarts']), int(conf['max_restarts']), duration(window)))
 
 
 def decide(state, service, history, now, settings, paused=False, process_start=None, failed_restart=None, url=None,
@@ -392,9 +383,9 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
             return result(FAIL, 'paused on purpose for %s (seen paused on every run since %s), longer than the %s '
                                 'it may stay paused: a trainer that held the pause may have died. Never restarted '
                                 'while paused; a human should look (POST /resume resumes it)'
-                          % (_fmt(held), _when(since, now), _fmt(limit)))
+                          % (duration(held), _when(since, now), duration(limit)))
         return result(NONE, 'paused on purpose (vLLM says so): never restarted; a human is asked after %s paused '
-                            '(%s so far)' % (_fmt(limit), _fmt(held)))
+                            '(%s so far)' % (duration(limit), duration(held)))
     hist.pop('paused_since', None)
     if state == 'unknown':
         if hist['unknown_streak'] >= int(conf['unknown_limit']):
@@ -416,23 +407,23 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         if running and uptime is None:
             return result(NONE, 'down, and the service runs for an unknown time (%s, no start time): it may still be '
                                 'starting (loading weights), so it is not restarted; only one that ran past the start-up '
-                                'grace of %s is' % (service.get('status') or 'running', _fmt(grace)))
+                                'grace of %s is' % (service.get('status') or 'running', duration(grace)))
         if running and uptime < grace:
             return result(NONE, 'down, but the service has been running for %s, within the start-up grace of %s: it is '
-                                'starting (loading weights), not restarted' % (_fmt(uptime), _fmt(grace)))
+                                'starting (loading weights), not restarted' % (duration(uptime), duration(grace)))
         if running:
             ok, words = url_evidence(proof, hist, url, now)
             if not ok:
                 return result(FAIL, 'down, and the service has been running for %s, but nothing shows that %s is '
                                     'this service: %s. The URL may be wrong: not restarted; a human must look'
-                              % (_fmt(uptime), url or 'the URL', words))
+                              % (duration(uptime), url or 'the URL', words))
             proved = '; %s' % words
     elif uptime is not None and uptime < grace:
         return result(NONE, 'stuck, but it started %s ago (by %s), within the start-up grace of %s: not restarted yet'
-                      % (_fmt(uptime), which, _fmt(grace)))
+                      % (duration(uptime), which, duration(grace)))
     if last_restart is not None and now - last_restart < grace:
         return result(NONE, '%s, but it was restarted %s ago, within the start-up grace of %s'
-                      % (state, _fmt(max(0.0, now - last_restart)), _fmt(grace)))
+                      % (state, duration(max(0.0, now - last_restart)), duration(grace)))
     errors = gpu_errors(kernel, healthy_at)
     if errors:
         out['gpu_errors'] = errors[-5:]
@@ -446,23 +437,23 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
             and 0 <= now - step['at'] < rehang and step.get('step') in (RESTART, REBOOT):
         if step['step'] == REBOOT:
             return result(FAIL, 'stuck again %s after a host reboot, within %s: neither a restart nor a reboot '
-                                'cleared this hang; a human must look' % (_fmt(now - step['at']), _fmt(rehang)))
+                                'cleared this hang; a human must look' % (duration(now - step['at']), duration(rehang)))
         return _escalate('stuck again %s after a vLLM restart, within %s (vllm_watchdog_rehang_window): the same '
                          'hang came back, and another restart would not clear it'
-                         % (_fmt(now - step['at']), _fmt(rehang)), hist, recent, now, conf, state, result)
+                         % (duration(now - step['at']), duration(rehang)), hist, recent, now, conf, state, result)
     if len(recent) >= int(conf['max_restarts']):
         return result(FAIL, '%s, but the restart budget is spent: %d restart(s) in the last %s; the watchdog stops '
-                            'restarting and asks a human' % (state, len(recent), _fmt(window)))
+                            'restarting and asks a human' % (state, len(recent), duration(window)))
     if last_restart is not None and now - last_restart < cooldown:
         return result(NONE, '%s, but in cooldown: the last restart was %s ago and the cooldown is now %s (it grows with '
-                            'every restart)' % (state, _fmt(now - last_restart), _fmt(cooldown)))
+                            'every restart)' % (state, duration(now - last_restart), duration(cooldown)))
     why = 'stuck' if state == 'stuck' else 'down and the service is %s' % (
         'not running (%s)' % (service.get('status') or 'stopped') if not service.get('running')
-        else 'running for %s without answering, past the start-up grace%s' % (_fmt(uptime), proved))
+        else 'running for %s without answering, past the start-up grace%s' % (duration(uptime), proved))
     hist['restarts'] = recent + [now]
     hist['last_step'] = {'step': RESTART, 'at': now, 'state': state}
     return result(RESTART, 'restart: %s (restart %d of at most %d in %s)'
-                  % (why, len(hist['restarts']), int(conf['max_restarts']), _fmt(window)))
+                  % (why, len(hist['restarts']), int(conf['max_restarts']), duration(window)))
 
 
 def decide_escalation(history, now, settings, why):
@@ -490,4 +481,4 @@ def decide_escalation(history, now, settings, why):
 def _when(at, now):
     if not _finite(at):
         return 'earlier'
-    return '%s ago' % _fmt(max(0.0, now - at))
+    return '%s ago' % duration(max(0.0, now - at))

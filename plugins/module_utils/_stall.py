@@ -48,6 +48,7 @@ import math
 import time
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
+from ansible_collections.modelops.vllm.plugins.module_utils._types import duration
 from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE
 
 VERSION = 1
@@ -285,15 +286,6 @@ def _summarize(memory, reads, summary, boot):
     return summary
 
 
-def _duration(seconds):
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return '%dh%02dm' % (seconds // 3600, (seconds % 3600) // 60)
-    if seconds >= 60:
-        return '%dm%02ds' % (seconds // 60, seconds % 60)
-    return '%ds' % seconds
-
-
 def _iso(epoch):
     try:
         return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(epoch))
@@ -328,15 +320,15 @@ class Window(object):
     def reason(self, finding, last):
         """The sentence of a stalled engine's verdict, naming the signature."""
         which = ' on engine(s) %s' % ', '.join(finding['engines'][:16]) if len(last.engines) > 1 else ''
-        since = 'for %s (since %s)' % (_duration(finding['seconds']), _iso(finding['since']))
+        since = 'for %s (since %s)' % (duration(finding['seconds']), _iso(finding['since']))
         if finding['kind'] == 'stranded':
             return ('only deferred requests in flight%s and nothing moved %s, the KV cache included: deferred work '
                     'clears in seconds, this is stranded (a KV transfer or grammar that never completes), past the '
-                    'window of %s' % (which, since, _duration(self.window)))
+                    'window of %s' % (which, since, duration(self.window)))
         did = ', '.join('%s +%s' % (name, '%g' % finding[what]) for what, name in (
             ('prompt', 'prompt tokens'), ('preemptions', 'preemptions'), ('steps', 'engine steps'),
             ('kv_drops', 'KV-cache drops')) if finding[what])
         in_flight = last.in_flight
         return ('%s request(s) in flight at every read %s, no token generated and no request completed%s, yet '
                 'the engine kept working (%s): busy doing nothing useful, past the window of %s'
-                % ('%g' % in_flight if in_flight is not None else '?', since, which, did, _duration(self.window)))
+                % ('%g' % in_flight if in_flight is not None else '?', since, which, did, duration(self.window)))

@@ -14,6 +14,7 @@ keeps it so.
 - ``STATES``: every verdict a check can give.
 - ``clip`` and the bounds on strings that come from outside (``MAX_MESSAGE``, ``MAX_NAME``, ``MAX_IDS``).
 - ``model_ids``: the model ids of a ``/v1/models`` answer.
+- ``duration``: seconds as a sentence says them ('12m05s').
 - ``in_range`` and ``range_words``: the one check of a number setting against its limits
   ``(smallest, largest, smallest allowed itself)``, and how its messages say the range.
 """
@@ -122,3 +123,13 @@ def range_words(limits, at_least='at least'):
     """How a message says the range of ``limits``: 'at least 0 and at most 60', 'greater than 0 and at most 1'."""
     low, high, closed = limits
     return '%s %s and at most %s' % (at_least if closed else 'greater than', low, high)
+
+
+def duration(seconds):
+    """Seconds as a person reads them in a sentence: '45s', '12m05s', '3h20m'."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return '%dh%02dm' % (seconds // 3600, (seconds % 3600) // 60)
+    if seconds >= 60:
+        return '%dm%02ds' % (seconds // 60, seconds % 60)
+    return '%ds' % seconds

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
+from ansible_collections.modelops.vllm.plugins.module_utils._types import duration, in_range, range_words
 from tests.support.paths import REPO
 
 CLOSED = (0, 60, True)   # 0 allowed
@@ -63,3 +63,10 @@ def test_no_plugin_types_the_range_check_again():
             if spelled in text:
                 again.append((os.path.relpath(path, REPO), spelled))
     assert again == []
+
+
+@pytest.mark.parametrize('seconds, want', [
+    (0, '0s'), (59.4, '59s'), (59.6, '1m00s'), (725, '12m05s'), (3600, '1h00m'), (12000, '3h20m'),
+])
+def test_duration(seconds, want):
+    assert duration(seconds) == want
