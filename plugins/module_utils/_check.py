@@ -16,10 +16,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
 import json
 import os
-import re
 import threading
 import time
 
@@ -47,11 +45,8 @@ MEMORY_LOCK_TIMEOUT = 0.0
 
 def progress_file(state_dir, name):
     """Where the progress memory of a server lives: ``<state_dir>/<name>.progress.json``, the name made
-    a plain file name (and told apart by a short hash when it had to be changed)."""
-    plain = re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:100].lstrip('.') or '_'
-    if plain != name:
-        plain += '-' + hashlib.sha1(name.encode('utf-8', 'replace')).hexdigest()[:10]
-    return os.path.join(state_dir, '%s.progress.json' % plain)
+    a plain file name (and told apart by a short hash when it had to be changed): ``_statedir.paths``."""
+    return statedir.paths(state_dir, statedir.file_name(name))['progress']
 
 
 def _boot_id():
@@ -90,7 +85,7 @@ class Memory(object):
                               profile=self.profile)
             self.path = progress_file(state_dir, name)
             if self.write:
-                self.fd = statedir.open_lock(self.path[:-len('.json')] + '.lock')
+                self.fd = statedir.open_lock(statedir.paths(state_dir, statedir.file_name(name))['progress_lock'])
                 if statedir.lock(self.fd, MEMORY_LOCK_TIMEOUT) is None:
                     self.close()
                     return Window(None, window, off='another check of this server holds its progress memory',

@@ -24,9 +24,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import errno
+import hashlib
 import fcntl
 import json
 import os
+import re
 import stat
 import tempfile
 import time
@@ -47,7 +49,10 @@ def paths(state_dir, name=None):
     Always the host's: ``paused`` (the pause file of every instance), ``evidence`` (the directory of the hangs'
     evidence), ``checks`` (the background checks' results). With an instance ``name`` (a plain file name) also
     its own: ``lock``, ``history`` (``<name>.json``), ``failed`` (``<name>.restart-failed``), ``verdicts``
-    (``<name>.verdicts.jsonl``, rotated to ``.1``, ``.2``) and ``instance_paused`` (``<name>.paused``)."""
+    (``<name>.verdicts.jsonl``, rotated to ``.1``, ``.2``), ``instance_paused`` (``<name>.paused``), ``memory``
+    (``<name>.memory.json``, the memory baseline of the restart module), and the health check's progress memory
+    ``progress`` (``<name>.progress.json``) with its ``progress_lock``. The health check names a server by any
+    string: ``file_name`` makes it a plain file name first."""
     join = os.path.join
     out = {
         'paused': join(state_dir, 'paused'),
@@ -61,8 +66,20 @@ def paths(state_dir, name=None):
             'failed': join(state_dir, '%s.restart-failed' % name),
             'verdicts': join(state_dir, '%s.verdicts.jsonl' % name),
             'instance_paused': join(state_dir, '%s.paused' % name),
+            'memory': join(state_dir, '%s.memory.json' % name),
+            'progress': join(state_dir, '%s.progress.json' % name),
+            'progress_lock': join(state_dir, '%s.progress.lock' % name),
         })
     return out
+
+
+def file_name(name):
+    """A server's name as a plain file name: other characters become ``_``, at most 100 of them, no leading dot,
+    and a short hash of the name added when it had to be changed (two names never share a file)."""
+    plain = re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:100].lstrip('.') or '_'
+    if plain != name:
+        plain += '-' + hashlib.sha1(name.encode('utf-8', 'replace')).hexdigest()[:10]
+    return plain
 
 
 def _owner_ok(st):

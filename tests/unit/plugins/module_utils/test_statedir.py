@@ -77,7 +77,19 @@ def test_the_state_dir_layout(name, key, expected):
 def test_without_a_name_only_the_host_s_files():
     assert sorted(statedir.paths('/s')) == ['checks', 'evidence', 'paused']
     assert sorted(statedir.paths('/s', 'x')) == ['checks', 'evidence', 'failed', 'history', 'instance_paused', 'lock',
-                                                 'paused', 'verdicts']
+                                                 'memory', 'paused', 'progress', 'progress_lock', 'verdicts']
+
+
+@pytest.mark.parametrize('name, plain', [
+    ('gb10-01/chat', 'gb10-01_chat-'),
+    ('chat', 'chat'),
+    ('..hidden', 'hidden-'),
+    ('', '_-'),
+])
+def test_file_name_is_plain_and_tells_changed_names_apart(name, plain):
+    got = statedir.file_name(name)
+    assert got == plain if plain == name else got.startswith(plain) and len(got) == len(plain) + 10
+    assert '/' not in got and not got.startswith('.')
 
 
 def test_every_file_of_an_instance_is_in_the_state_dir_and_its_own():
