@@ -14,9 +14,9 @@ author: modelops.vllm maintainers (@modelops)
 description:
   - Takes what was done per instance name (the role's C(_vllm_watchdog_done)) and returns a copy with what the host
     reboot did merged into each rebooted instance's entry.
-  - After the reboot (O(ready) and O(after)), an instance that is not ready again gets C(reboot_error)
-    (C(not ready after the host reboot: <msg>)); one that is gets C(after) and C(after_reason), its verdict when
-    checked again.
+  - After the reboot (O(ready) and O(after)), an instance that is not ready again gets C(reboot_error), which says
+    that it is not ready after the host reboot and the message of its wait; one that is gets C(after) and
+    C(after_reason), its verdict when checked again.
   - When the reboot failed (O(failed_for)), each of those instances gets C(reboot_error) (O(error)) and
     C(unreachable) (O(unreachable)).
 options:
