@@ -131,12 +131,30 @@ def play_results(hosts, hostvars):
     return results
 
 
+def count_states(results, name='watchdog_summary'):
+    """Results per state (a result without one is unknown), in the order the states first appear."""
+    if not isinstance(results, (list, tuple)):
+        raise AnsibleFilterError('%s expects a list of results, got %s' % (name, type(results).__name__))
+    counts = {}
+    for item in results:
+        if not isinstance(item, dict):
+            raise AnsibleFilterError('%s expects dicts, got %s' % (name, type(item).__name__))
+        state = item.get('state') or 'unknown'
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def said_counts(counts, states=None):
+    """'<n> <state>, ...', in the order of states (default: the order of counts)."""
+    return ', '.join('%d %s' % (counts[state], state) for state in (counts if states is None else states))
+
+
 def watchdog_summary(results, hostvars=None):
     if hostvars is not None:
         results = play_results(results, hostvars)
     if not isinstance(results, list):
         raise AnsibleFilterError('watchdog_summary expects a list of results, got %s' % type(results).__name__)
-    counts = {}
+    counts = count_states(results)
     restarted = []
     rebooted = []
     failed = []
@@ -146,8 +164,6 @@ def watchdog_summary(results, hostvars=None):
     for item in results:
         if not isinstance(item, dict):
             raise AnsibleFilterError('watchdog_summary expects dicts, got %s' % type(item).__name__)
-        state = item.get('state') or 'unknown'
-        counts[state] = counts.get(state, 0) + 1
         who = '%s/%s' % (item.get('host'), item.get('instance'))
         if _truthy(item.get('restarted')):
             restarted.append(who)
@@ -162,7 +178,7 @@ def watchdog_summary(results, hostvars=None):
             textfile.setdefault(str(item.get('host')), ' '.join(str(item['textfile_error']).split()))
     textfile_errors = ['%s: %s' % (host, why) for host, why in textfile.items()]
     lines.extend('%s/*: watchdog: TEXTFILE NOT WRITTEN - %s' % (host, why) for host, why in textfile.items())
-    ordered = ', '.join('%d %s' % (counts[k], k) for k in sorted(counts, key=lambda k: (-counts[k], k)))
+    ordered = said_counts(counts, sorted(counts, key=lambda k: (-counts[k], k)))
     headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s; unreachable hosts: %s' % (
         len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none',
         ', '.join(str(h) for h in unreachable) or 'none')
