@@ -49,7 +49,7 @@ def check_by_host(results):
     for result in results:
         if not isinstance(result, dict) or 'name' not in result:
             raise AnsibleFilterError('check_by_host expects verdicts with a name, got %r' % (result,))
-        out.setdefault(str(result['name']).split('/')[0], []).append(result)
+        out.setdefault(str(result['name']).partition('/')[0], []).append(result)
     return out
 
 
