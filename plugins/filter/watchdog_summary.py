@@ -18,12 +18,22 @@ description:
   - A host whose node_exporter textfile could not be written (a result's C(textfile_error)) gets a line of its own,
     and the headline names it. Without the file Prometheus has no C(vllm_watchdog_*) metric of that host, and no
     alert on the watchdog can fire for it.
+  - With O(hostvars), the input is the host names of the play (C(ansible_play_hosts_all)) and the filter gathers the
+    results itself, each host's fact C(vllm_watchdog_results), read through C(ansible_facts), only from the hosts where
+    the role's gate was registered in this run (C(_vllm_watchdog_gate)), so that a fact left in a persistent fact cache
+    by an earlier run is not taken for this run's verdict. A host of the play without a result (it did not answer, or
+    failed before a verdict) is one V(unreachable) line of its own, never dropped and never healthy.
 options:
   _input:
-    description: The results, each a dict with at least C(host), C(instance), C(state), C(restarted), C(failed), C(line).
+    description:
+      - The results, each a dict with at least C(host), C(instance), C(state), C(restarted), C(failed), C(line).
+      - With O(hostvars), the host names of the play instead.
     type: list
-    elements: dict
+    elements: raw
     required: true
+  hostvars:
+    description: The C(hostvars) of the play, to gather the results of the hosts given as the input.
+    type: dict
 '''
 
 EXAMPLES = r'''
@@ -31,6 +41,10 @@ EXAMPLES = r'''
   ansible.builtin.debug:
     msg: "{{ ansible_play_hosts_all | map('extract', hostvars, ['ansible_facts', 'vllm_watchdog_results']) | select('defined')
              | flatten | modelops.vllm.watchdog_summary }}"
+
+- name: Summarize the play, the hosts without a result included
+  ansible.builtin.debug:
+    msg: "{{ ansible_play_hosts_all | modelops.vllm.watchdog_summary(hostvars) }}"
 '''
 
 RETURN = r'''
@@ -79,10 +93,68 @@ def _truthy(value):
     return bool(value)
 
 
-def watchdog_summary(results):
+GATE = '_vllm_watchdog_gate'
+
+LOST = ('%s/*: unreachable - watchdog: host UNREACHABLE or failed before a verdict, not restarted '
+        '(see the task that failed for this host above)')
+
+
+def lost_result(host):
+    """The result of a host of the play that has none: it did not answer, or failed before a verdict."""
+    return {'host': host, 'instance': '*', 'state': 'unreachable', 'action': 'unreachable',
+            'failed': True, 'unreachable': True, 'restarted': False, 'line': LOST % host}
+
+
+def play_results(hosts, hostvars):
+    """Every result of the play's hosts, then one lost result per host that has none.
+
+    A host's results are its fact vllm_watchdog_results, read through ansible_facts (top-level facts are
+    deprecated and go with INJECT_FACTS_AS_VARS=False), and only where the gate is registered in this run
+    (_vllm_watchdog_gate is registered, never cached): a fact left in a persistent fact cache by an earlier
+    run is not this run's verdict."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('watchdog_summary expects the host names of the play, got %s' % type(hosts).__name__)
+    results = []
+    for host in hosts:
+        try:
+            variables = hostvars[host]
+        except KeyError:
+            raise AnsibleFilterError('watchdog_summary: %s is not in hostvars' % host)
+        if GATE not in variables:
+            continue
+        mine = (variables.get('ansible_facts') or {}).get('vllm_watchdog_results') or []
+        if not isinstance(mine, (list, tuple)):
+            raise AnsibleFilterError('watchdog_summary: the vllm_watchdog_results of %s is not a list' % host)
+        results.extend(mine)
+    reported = set(str(item.get('host')) for item in results if isinstance(item, dict))
+    results.extend(lost_result(host) for host in hosts if str(host) not in reported)
+    return results
+
+
+def count_states(results, name='watchdog_summary'):
+    """Results per state (a result without one is unknown), in the order the states first appear."""
+    if not isinstance(results, (list, tuple)):
+        raise AnsibleFilterError('%s expects a list of results, got %s' % (name, type(results).__name__))
+    counts = {}
+    for item in results:
+        if not isinstance(item, dict):
+            raise AnsibleFilterError('%s expects dicts, got %s' % (name, type(item).__name__))
+        state = item.get('state') or 'unknown'
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def said_counts(counts, states=None):
+    """'<n> <state>, ...', in the order of states (default: the order of counts)."""
+    return ', '.join('%d %s' % (counts[state], state) for state in (counts if states is None else states))
+
+
+def watchdog_summary(results, hostvars=None):
+    if hostvars is not None:
+        results = play_results(results, hostvars)
     if not isinstance(results, list):
         raise AnsibleFilterError('watchdog_summary expects a list of results, got %s' % type(results).__name__)
-    counts = {}
+    counts = count_states(results)
     restarted = []
     rebooted = []
     failed = []
@@ -92,8 +164,6 @@ def watchdog_summary(results):
     for item in results:
         if not isinstance(item, dict):
             raise AnsibleFilterError('watchdog_summary expects dicts, got %s' % type(item).__name__)
-        state = item.get('state') or 'unknown'
-        counts[state] = counts.get(state, 0) + 1
         who = '%s/%s' % (item.get('host'), item.get('instance'))
         if _truthy(item.get('restarted')):
             restarted.append(who)
@@ -108,7 +178,7 @@ def watchdog_summary(results):
             textfile.setdefault(str(item.get('host')), ' '.join(str(item['textfile_error']).split()))
     textfile_errors = ['%s: %s' % (host, why) for host, why in textfile.items()]
     lines.extend('%s/*: watchdog: TEXTFILE NOT WRITTEN - %s' % (host, why) for host, why in textfile.items())
-    ordered = ', '.join('%d %s' % (counts[k], k) for k in sorted(counts, key=lambda k: (-counts[k], k)))
+    ordered = said_counts(counts, sorted(counts, key=lambda k: (-counts[k], k)))
     headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s; unreachable hosts: %s' % (
         len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none',
         ', '.join(str(h) for h in unreachable) or 'none')

@@ -6,6 +6,7 @@ import jinja2
 import pytest
 import yaml
 
+from ansible_collections.modelops.vllm.plugins.filter.check_budget import check_budget
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
 
 from tests.support.paths import REPO
@@ -30,7 +31,9 @@ def test_every_default_is_documented_with_the_same_value_and_every_option_has_a_
 @pytest.mark.parametrize('interval, probe, metrics', [(5, 30, 10), (1, 5, 5), (0.5, 2, 2), (2.5, 7.5, 1.25)])
 def test_the_async_budget_is_the_check_s_own_deadline_plus_start_up(interval, probe, metrics):
     expression = load('vars', 'main.yml')['_vllm_watchdog_check_budget']
-    budget = int(jinja2.Environment().from_string(expression).render(
+    environment = jinja2.Environment()
+    environment.filters['modelops.vllm.check_budget'] = check_budget  # the collection's filter, as Ansible names it
+    budget = int(environment.from_string(expression).render(
         vllm_watchdog_interval=interval, vllm_watchdog_probe_timeout=probe, vllm_watchdog_metrics_timeout=metrics))
     deadline = check_deadline(interval, probe, metrics)
     assert deadline + 30 <= budget < deadline + 31

@@ -1,0 +1,81 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) modelops.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+name: check_budget
+short_description: Seconds to wait for a background check of M(modelops.vllm.health)
+version_added: 0.1.0
+author: modelops.vllm maintainers (@modelops)
+description:
+  - Takes the check's O(modelops.vllm.health#module:interval) and returns how many seconds the gate or the collector
+    waits for a check that runs in the background, a whole number.
+  - That is the health module's own overall deadline of one check (two waits, two probes and eight reads of the
+    cheap endpoints), plus O(margin) seconds for Python and the module to start on a loaded host, rounded up.
+  - A value that is not a number is an error that names it.
+options:
+  _input:
+    description: The seconds between the two reads of one check (O(modelops.vllm.health#module:interval)).
+    type: float
+    required: true
+  probe_timeout:
+    description: The seconds one probe may wait (O(modelops.vllm.health#module:probe_timeout)).
+    type: float
+    required: true
+  metrics_timeout:
+    description: The seconds one read of a cheap endpoint may wait (O(modelops.vllm.health#module:metrics_timeout)).
+    type: float
+    required: true
+  margin:
+    description: Seconds added to the check's deadline.
+    type: float
+    default: 30
+'''
+
+EXAMPLES = r'''
+- name: Collect the verdicts of the background check
+  modelops.vllm.health:
+    results_file: "{{ job.results_file }}"
+    results_timeout: "{{ interval | modelops.vllm.check_budget(probe_timeout, metrics_timeout) }}"
+'''
+
+RETURN = r'''
+_value:
+  description: Seconds, rounded up.
+  type: int
+'''
+
+import math
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
+
+MARGIN = 30
+
+
+def _number(name, value):
+    if isinstance(value, bool):
+        raise AnsibleFilterError('check_budget: %s must be a number of seconds, got %r' % (name, value))
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError('check_budget: %s must be a number of seconds, got %r' % (name, value))
+    if math.isnan(number) or math.isinf(number):
+        raise AnsibleFilterError('check_budget: %s must be a finite number of seconds, got %r' % (name, value))
+    return number
+
+
+def check_budget(interval, probe_timeout, metrics_timeout, margin=MARGIN):
+    deadline = check_deadline(_number('interval', interval), _number('probe_timeout', probe_timeout),
+                              _number('metrics_timeout', metrics_timeout))
+    return int(math.ceil(deadline + _number('margin', margin)))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {'check_budget': check_budget}
