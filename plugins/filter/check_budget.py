@@ -53,20 +53,16 @@ import math
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
 
 MARGIN = 30
 
 
 def _number(name, value):
-    if isinstance(value, bool):
-        raise AnsibleFilterError('check_budget: %s must be a number of seconds, got %r' % (name, value))
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise AnsibleFilterError('check_budget: %s must be a number of seconds, got %r' % (name, value))
-    if math.isnan(number) or math.isinf(number):
-        raise AnsibleFilterError('check_budget: %s must be a finite number of seconds, got %r' % (name, value))
+    number = in_range(value, (0, 10 ** 9, True), strings=True)
+    if number is None:
+        raise AnsibleFilterError('check_budget: %s must be a finite number of seconds from 0, got %r' % (name, value))
     return number
 
 

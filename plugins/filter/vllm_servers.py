@@ -52,6 +52,8 @@ _value:
   elements: dict
 '''
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleFilterError
 
 
@@ -73,8 +75,10 @@ def vllm_servers(hosts, hostvars, on_host=False):
     for host in hosts:
         try:
             variables = hostvars[host]
-        except KeyError:
+        except (KeyError, TypeError):
             raise AnsibleFilterError('vllm_servers: %s is not in hostvars' % host)
+        if not isinstance(variables, Mapping):
+            raise AnsibleFilterError('vllm_servers: the hostvars of %s are not a mapping' % host)
         instances = variables.get('vllm_instances') or []
         if instances:
             for instance in instances:

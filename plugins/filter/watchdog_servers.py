@@ -43,6 +43,8 @@ _value:
   elements: dict
 '''
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleFilterError
 
 KEYS = ('url', 'kind', 'api_key', 'model')
@@ -54,10 +56,15 @@ def watchdog_servers(hosts, hostvars):
     servers = []
     for host in hosts:
         try:
-            instances = hostvars[host].get('_vllm_watchdog_instances') or []
-        except KeyError:
+            variables = hostvars[host]
+        except (KeyError, TypeError):
             raise AnsibleFilterError('watchdog_servers: %s is not in hostvars' % host)
+        if not isinstance(variables, Mapping):
+            raise AnsibleFilterError('watchdog_servers: the hostvars of %s are not a mapping' % host)
+        instances = variables.get('_vllm_watchdog_instances') or []
         for instance in instances:
+            if not isinstance(instance, Mapping) or not instance.get('name'):
+                raise AnsibleFilterError('watchdog_servers: every instance of %s is a dict with a name' % host)
             server = {'name': '%s/%s' % (host, instance['name'])}
             server.update((key, instance[key]) for key in KEYS if instance.get(key))
             servers.append(server)

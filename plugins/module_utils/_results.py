@@ -53,6 +53,8 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
     """One result per instance from the gate's result (or its failure, or an unreachable host) and the restarts' outcomes."""
     if not isinstance(gate, dict) or not isinstance(instances, (list, tuple)):
         raise ValueError('watchdog_results expects the gate result (a dict) and the instances (a list)')
+    if not all(isinstance(i, dict) for i in instances) or not isinstance(done or {}, dict):
+        raise ValueError('watchdog_results expects every instance as a dict and the restarts done as a dict by name')
     done = done or {}
     if unreachable or gate.get('unreachable'):
         why = unreachable or str(gate.get('msg') or 'unreachable')
@@ -78,7 +80,7 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
                   'evidence': decision.get('evidence'), 'textfile_error': textfile_error}
         if action == 'restart' and outcome.get('escalated') and not check_mode:
             # The restart stopped vLLM and its memory did not come back: not started; the gate took the next step.
-            error, escalation = str(outcome.get('error'))[:400], str(outcome.get('escalation') or '')[:800]
+            error, escalation = str(outcome.get('error') or '')[:400], str(outcome.get('escalation') or '')[:800]
             # The gate's reason for the next step names what failed already: say it once.
             values['decision'] = ('%s; then: %s' % (values['decision'], escalation) if error.strip() in escalation
                                   else '%s; %s; then: %s' % (values['decision'], error, escalation))

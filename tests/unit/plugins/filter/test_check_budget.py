@@ -34,15 +34,15 @@ def test_the_margin_can_be_given(margin, expected):
 
 
 @pytest.mark.parametrize('args, named', [
-    (('five', 30, 10), "interval must be a number of seconds, got 'five'"),
-    ((5, None, 10), 'probe_timeout must be a number of seconds, got None'),
-    ((5, 30, [10]), 'metrics_timeout must be a number of seconds, got [10]'),
-    ((5, 30, {}), 'metrics_timeout must be a number of seconds'),
-    ((True, 30, 10), 'interval must be a number of seconds, got True'),
-    (('nan', 30, 10), 'interval must be a finite number of seconds'),
+    (('five', 30, 10), "interval must be a finite number of seconds from 0, got 'five'"),
+    ((5, None, 10), 'probe_timeout must be a finite number of seconds from 0, got None'),
+    ((5, 30, [10]), 'metrics_timeout must be a finite number of seconds from 0, got [10]'),
+    ((5, 30, {}), 'metrics_timeout must be a finite number of seconds from 0'),
+    ((True, 30, 10), 'interval must be a finite number of seconds from 0, got True'),
+    (('nan', 30, 10), 'interval must be a finite number of seconds from 0'),
     ((5, 'inf', 10), 'probe_timeout must be a finite number of seconds'),
-    ((5, 30, 10, 'x'), "margin must be a number of seconds, got 'x'"),
-    ((5, 30, ''), "metrics_timeout must be a number of seconds, got ''"),
+    ((5, 30, 10, 'x'), "margin must be a finite number of seconds from 0, got 'x'"),
+    ((5, 30, ''), "metrics_timeout must be a finite number of seconds from 0, got ''"),
 ])
 def test_a_value_that_is_not_a_number_is_a_filter_error_that_names_it(args, named):
     with pytest.raises(AnsibleFilterError) as err:

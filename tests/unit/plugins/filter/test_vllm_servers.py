@@ -83,8 +83,6 @@ def test_a_huge_host_name_is_named_in_full_and_nothing_else():
     assert str(caught.value) == 'vllm_servers: %s is not in hostvars' % host
 
 
-@pytest.mark.xfail(raises=(TypeError, AttributeError), reason='bug: hostvars that are not a mapping of dicts raise a '
-                   'Python error, not an AnsibleFilterError')
 @pytest.mark.parametrize('hostvars', [None, {'h': None}, {'h': 'x'}])
 def test_hostvars_of_the_wrong_type_are_a_clear_filter_error(hostvars):
     with pytest.raises(AnsibleFilterError):

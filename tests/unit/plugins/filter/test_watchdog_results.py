@@ -53,8 +53,6 @@ def test_input_of_the_wrong_type_is_a_clear_filter_error(gate, instances):
     assert str(caught.value) == 'watchdog_results expects the gate result (a dict) and the instances (a list)'
 
 
-@pytest.mark.xfail(raises=AttributeError, reason='bug: an instance that is not a dict, or done that is not a dict, '
-                   'raises a Python error, not an AnsibleFilterError')
 @pytest.mark.parametrize('instances, done', [(['chat'], None), (INSTANCES, ['chat'])])
 def test_items_of_the_wrong_type_are_a_clear_filter_error(instances, done):
     with pytest.raises(AnsibleFilterError):

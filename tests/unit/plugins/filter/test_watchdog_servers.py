@@ -57,8 +57,6 @@ def test_bad_input_is_a_clear_filter_error(hosts, hostvars, message):
     assert str(caught.value) == message
 
 
-@pytest.mark.xfail(raises=(TypeError, AttributeError, KeyError), reason='bug: hostvars or merged instances of the '
-                   'wrong shape raise a Python error, not an AnsibleFilterError')
 @pytest.mark.parametrize('hostvars', [None, {'h': None}, {'h': merged('chat')}, {'h': merged({'url': 'http://h:1'})}])
 def test_instances_of_the_wrong_shape_are_a_clear_filter_error(hostvars):
     with pytest.raises(AnsibleFilterError):

@@ -69,6 +69,11 @@ def test_a_stopped_restart_takes_the_gate_s_next_step(escalated, expected):
     assert result['decision'] == 'restart: stuck; memory did not come back; then: reboot the host'
 
 
+def test_a_stopped_restart_without_an_error_says_no_none():
+    done = {'chat': {'escalated': 'fail', 'escalation': 'a human must look'}}
+    assert one(decided('restart'), done)['decision'] == 'restart: stuck; then: a human must look'
+
+
 def test_a_stopped_restart_in_check_mode_is_only_what_would_be_done():
     done = {'chat': {'error': 'x', 'escalated': 'fail', 'escalation': 'y'}}
     assert one(decided('restart'), done, check_mode=True)['action'] == 'would restart (check mode)'
