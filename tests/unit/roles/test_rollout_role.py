@@ -72,3 +72,11 @@ def test_one_place_performs_a_restart():
         'modelops.vllm.validate_variables', 'ansible.builtin.include_role'], plays[1]
     assert plays[1]['tasks'][1] == {'name': "Check this host's rollout settings", 'ansible.builtin.include_role': {
         'name': 'modelops.vllm.rollout', 'tasks_from': 'preflight'}}, plays[1]
+
+
+def test_the_rollout_s_verdicts_are_the_checks_verdicts_but_paused():
+    """vllm_rollout_restart_states are checked against _vllm_rollout_verdicts: the check's verdicts (_types.STATES)
+    without paused, which came after the list (a paused server is not restarted by a rollout until that is decided
+    on its own). A verdict added to STATES fails here until the rollout says whether it may restart on it."""
+    from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES
+    assert _role_yaml('vars', 'main.yml')['_vllm_rollout_verdicts'] == [s for s in STATES if s != 'paused']
