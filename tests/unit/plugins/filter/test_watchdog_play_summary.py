@@ -29,7 +29,9 @@ def lost(host):
             'unreachable': True, 'restarted': False, 'line': LOST.format(host)}
 
 
-A1, A2, B1 = result('a'), result('a', 'embed', 'busy'), result('b', state='stuck', restarted=True)
+A1 = result('a')
+A2 = result('a', 'embed', 'busy')
+B1 = result('b', state='stuck', restarted=True)
 
 CASES = [
     # (hosts, hostvars, the results gathered)

@@ -16,7 +16,8 @@ def waited(name, ok, **more):
     return result
 
 
-READY, SLOW = waited('chat', True), waited('embed', False, msg='no answer in 600 s')
+READY = waited('chat', True)
+SLOW = waited('embed', False, msg='no answer in 600 s')
 
 
 @pytest.mark.parametrize('results, expected', [
