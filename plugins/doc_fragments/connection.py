@@ -9,16 +9,10 @@ __metaclass__ = type
 
 class ModuleDocFragment(object):
 
-    # How to reach one vLLM server (or a proxy in front of several).
+    # How a module reaches a vLLM server (or a proxy in front of several): the options of
+    # module_utils/_http.CONNECTION_ARGS, shared by modelops.vllm.health and modelops.vllm.restart.
     DOCUMENTATION = r'''
 options:
-  url:
-    description:
-      - Base URL of the vLLM OpenAI-compatible server, for example V(http://127.0.0.1:8000).
-      - The module adds the paths itself (C(/metrics), C(/health), C(/version), C(/v1/models), C(/v1/completions)).
-      - Redirects are followed only when they stay on the same scheme, host and port.
-      - Exactly one of O(url), O(servers) and O(results_file) is required.
-    type: str
   api_key:
     description:
       - The key of a server started with C(--api-key), sent as a bearer token to C(/v1/) endpoints only
@@ -35,13 +29,17 @@ options:
     description:
       - A PEM file of CA certificates to verify the server's certificate with.
     type: path
-  metrics_timeout:
+  use_proxy:
     description:
-      - Seconds allowed for one whole answer of C(/metrics), C(/health), C(/version) or C(/v1/models),
-        body included. A server that answers slower, or trickles its answer, is cut off.
-      - A C(/metrics) read that runs out of time gives the verdict V(unknown), never V(stuck).
-    type: float
-    default: 10
+      - Send the requests through the proxies named by the environment of the host that runs the module
+        (C(HTTP_PROXY), C(HTTPS_PROXY), C(ALL_PROXY), C(NO_PROXY)).
+      - By default they are ignored. A health check of a server must not depend on, or hand the API key to, a
+        proxy that the host's environment names for other purposes (a proxy that answers 502 would turn a
+        healthy server into V(down)).
+      - Even when true, a loopback URL (C(localhost), C(127.0.0.0/8), C(::1)) never goes through a proxy.
+      - With a proxy and an C(http://) URL the bearer key travels in clear text to the proxy; prefer C(https://).
+    type: bool
+    default: false
 requirements:
   - requests (on the host that runs the module)
 '''

@@ -56,6 +56,17 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 _UNSENT = (UnicodeError, ValueError, TypeError, LookupError)
 
 
+def connection_args():
+    """The options of a module that reaches a vLLM server through this client, for its argument spec (a fresh copy
+    each call); doc fragment ``modelops.vllm.connection`` documents them (community.docker's ``DOCKER_COMMON_ARGS``)."""
+    return dict(
+        api_key=dict(type='str', no_log=True),
+        validate_certs=dict(type='bool', default=True),
+        ca_path=dict(type='path'),
+        use_proxy=dict(type='bool', default=False),
+    )
+
+
 def _classify(exc):
     """Map a requests exception to a Fetched error kind and message."""
     from requests import exceptions as rexc  # pylint: disable=import-outside-toplevel

@@ -49,6 +49,20 @@ attributes:
   facts:
     support: full
 options:
+  url:
+    description:
+      - Base URL of the vLLM OpenAI-compatible server, for example V(http://127.0.0.1:8000).
+      - The module adds the paths itself (C(/metrics), C(/health), C(/version), C(/v1/models), C(/v1/completions)).
+      - Redirects are followed only when they stay on the same scheme, host and port.
+      - Exactly one of O(url), O(servers) and O(results_file) is required.
+    type: str
+  metrics_timeout:
+    description:
+      - Seconds allowed for one whole answer of C(/metrics), C(/health), C(/version) or C(/v1/models),
+        body included. A server that answers slower, or trickles its answer, is cut off.
+      - A C(/metrics) read that runs out of time gives the verdict V(unknown), never V(stuck).
+    type: float
+    default: 10
   name:
     description:
       - A name for the server, shown in RV(name) and RV(line). Default is O(url) (a password in it masked).
@@ -175,17 +189,6 @@ options:
         token that your healthy servers show (the watchdog role's default is 1200, see its documentation).
     type: float
     default: 0
-  use_proxy:
-    description:
-      - Send the requests through the proxies named by the environment of the host that runs the module
-        (C(HTTP_PROXY), C(HTTPS_PROXY), C(ALL_PROXY), C(NO_PROXY)).
-      - By default they are ignored. A health check of a server must not depend on, or hand the API key to, a
-        proxy that the host's environment names for other purposes (a proxy that answers 502 would turn a
-        healthy server into V(down)).
-      - Even when true, a loopback URL (C(localhost), C(127.0.0.0/8), C(::1)) never goes through a proxy.
-      - With a proxy and an C(http://) URL the bearer key travels in clear text to the proxy; prefer C(https://).
-    type: bool
-    default: false
 notes:
   - Run it on the controller (O(url) pointing at the server, with C(delegate_to) V(localhost)) or on the vLLM host itself
     (O(url) V(http://127.0.0.1:8000)); it only needs HTTP access.
@@ -463,7 +466,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SERVER, check_many, check_one
-from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR
+from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, connection_args
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
@@ -508,6 +511,7 @@ def collect(module):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            connection_args(),
             url=dict(type='str'),
             name=dict(type='str'),
             servers=dict(type='list', elements='dict', options=dict(
@@ -524,12 +528,8 @@ def main():
             probe_api=dict(type='str', default='completions', choices=['completions', 'chat']),
             metrics_timeout=dict(type='float', default=10.0),
             metrics_max_bytes=dict(type='int', default=DEFAULT_MAX_BYTES),
-            api_key=dict(type='str', no_log=True),
-            validate_certs=dict(type='bool', default=True),
-            ca_path=dict(type='path'),
             model=dict(type='str'),
             workers=dict(type='int', default=256),
-            use_proxy=dict(type='bool', default=False),
             results_file=dict(type='path'),
             results_timeout=dict(type='float', default=300),
             background_dir=dict(type='path'),
@@ -544,14 +544,7 @@ def main():
     params = module.params
     if params['results_file'] is not None:
         collect(module)
-    params['_check_mode'] = module.check_mode
-    specs = [params]
-    if params['servers'] is not None:
-        specs = []
-        for server in params['servers']:
-            spec = dict(params)
-            spec.update((key, server[key]) for key in PER_SERVER if server.get(key) is not None)
-            specs.append(spec)
+    specs = server_specs(params, module.check_mode)
     # Every spelling of every secret is masked in whatever the module returns, failures included.
     secrets = sorted(set(form for spec in specs for form in secrets_of(spec)), key=len, reverse=True)
     module.no_log_values.update(secrets)
@@ -564,37 +557,64 @@ def main():
     errors = invalid_settings(params)
     if errors:
         fail('; '.join(errors))
-
     if params['url'] is not None:
-        result = check_one(params)
-        if result['error']:
-            fail(result['error'], url=result['url'], line=result['line'])
-        # The verdict once as the result and once as the fact: -v shows each of them once.
-        module.exit_json(changed=False, ansible_facts={'vllm_health': result}, **result)
-
+        check_url(module, specs[0], fail)
     names = [spec.get('name') or display_url(spec['url']) for spec in specs]
     if len(set(names)) != len(names):
         fail('servers need unique names (or unique urls): %s' % ', '.join(names))
+    if params['background_dir']:
+        start_in_background(module, specs, secrets, fail)
+    check_servers(module, specs, secrets)
+
+
+def server_specs(params, check_mode):
+    """One check's settings per server: the module's options, each server's own (O(servers)) over them."""
+    params['_check_mode'] = check_mode
+    if params['servers'] is None:
+        return [params]
+    specs = []
+    for server in params['servers']:
+        spec = dict(params)
+        spec.update((key, server[key]) for key in PER_SERVER if server.get(key) is not None)
+        specs.append(spec)
+    return specs
+
+
+def check_url(module, spec, fail):
+    """O(url): one server, its verdict as the result and as the fact vllm_health."""
+    result = check_one(spec)
+    if result['error']:
+        fail(result['error'], url=result['url'], line=result['line'])
+    # The verdict once as the result and once as the fact: -v shows each of them once.
+    module.exit_json(changed=False, ansible_facts={'vllm_health': result}, **result)
+
+
+def check_servers(module, specs, secrets):
+    """O(servers): every server at once, O(workers) at a time."""
+    result = servers_result(check_many(specs, workers=module.params['workers']), secrets)
+    if result.get('failed'):
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+def start_in_background(module, specs, secrets, fail):
+    """O(background_dir): the check of O(servers) in a detached process; its O(results_file) is returned at once."""
+    params = module.params
 
     def work():
         return servers_result(check_many(specs, workers=params['workers']), secrets)
 
-    if params['background_dir']:
-        # The collection's own code the check runs is loaded (the imports above) before the fork: Ansible
-        # removes the module's files as soon as this run returns. requests, installed on the host, is
-        # imported by the check itself.
-        limit = check_deadline(params['interval'], params['probe_timeout'], params['metrics_timeout']) + 60
-        try:
-            # Check mode creates nothing: a missing directory is not created (a temporary one, removed
-            # with the file when it is collected, takes its place).
-            path = start_background(work, params['background_dir'], limit, create=not module.check_mode)
-        except (StateError, OSError) as exc:
-            fail('the background check cannot start: %s' % exc)
-        module.exit_json(changed=False, started=True, results_file=path)
-    result = work()
-    if result.get('failed'):
-        module.fail_json(**result)
-    module.exit_json(**result)
+    # The collection's own code the check runs is loaded (the imports above) before the fork: Ansible
+    # removes the module's files as soon as this run returns. requests, installed on the host, is
+    # imported by the check itself.
+    limit = check_deadline(params['interval'], params['probe_timeout'], params['metrics_timeout']) + 60
+    try:
+        # Check mode creates nothing: a missing directory is not created (a temporary one, removed
+        # with the file when it is collected, takes its place).
+        path = start_background(work, params['background_dir'], limit, create=not module.check_mode)
+    except (StateError, OSError) as exc:
+        fail('the background check cannot start: %s' % exc)
+    module.exit_json(changed=False, started=True, results_file=path)
 
 
 def servers_result(results, secrets):

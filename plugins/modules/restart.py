@@ -35,6 +35,7 @@ author:
   - modelops.vllm maintainers (@modelops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - modelops.vllm.connection
 attributes:
   check_mode:
     support: full
@@ -84,9 +85,6 @@ options:
   url:
     description: Base URL of the server, as seen from where the module runs; required to wait until ready.
     type: str
-  api_key:
-    description: The server's C(--api-key), for C(/v1/models). Never logged.
-    type: str
   model:
     description: The model that must be listed by C(/v1/models); any model when not given.
     type: str
@@ -114,17 +112,6 @@ options:
     description: Seconds allowed for one answer of C(/health) or C(/v1/models).
     type: float
     default: 10
-  validate_certs:
-    description: Verify the server's TLS certificate for C(https://) URLs.
-    type: bool
-    default: true
-  ca_path:
-    description: A PEM file of CA certificates to verify the server with.
-    type: path
-  use_proxy:
-    description: As O(modelops.vllm.health#module:use_proxy).
-    type: bool
-    default: false
   release_memory:
     description:
       - For O(action=restart) of V(systemd), V(docker) or V(compose), stop, wait until the memory is back, then start
@@ -159,8 +146,6 @@ options:
       - A file (in the watchdog's state directory) with what the host had available just before the last start that
         came up healthy (C({"available_kb", "at"})). Read for the threshold; rewritten after a start that came up ready.
     type: path
-requirements:
-  - requests (on the host that runs the module, to wait until ready)
 '''
 
 EXAMPLES = r'''
@@ -228,7 +213,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
-from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, Client
+from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, Client, connection_args
 from ansible_collections.modelops.vllm.plugins.module_utils._ready import (
     READY_LIMITS,
     read_process,
@@ -252,6 +237,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHEC
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            connection_args(),
             action=dict(type='str', default='restart', choices=['restart', 'upgrade', 'wait_ready']),
             method=dict(type='str', default='systemd', choices=list(METHODS)),
             service=dict(type='str'),
@@ -261,16 +247,12 @@ def main():
             command_timeout=dict(type='float', default=600),
             wait_ready=dict(type='bool', default=True),
             url=dict(type='str'),
-            api_key=dict(type='str', no_log=True),
             model=dict(type='str'),
             old_start_time=dict(type='float'),
             old_reading=dict(type='dict'),
             ready_timeout=dict(type='float', default=900),
             ready_delay=dict(type='float', default=10),
             metrics_timeout=dict(type='float', default=10),
-            validate_certs=dict(type='bool', default=True),
-            ca_path=dict(type='path'),
-            use_proxy=dict(type='bool', default=False),
             release_memory=dict(type='bool', default=False),
             meminfo=dict(type='path', default='/proc/meminfo'),
             memory_threshold=dict(type='float', default=0),
