@@ -52,9 +52,9 @@ _value:
   elements: dict
 '''
 
-from collections.abc import Mapping
-
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.modelops.vllm.plugins.plugin_utils._hostvars import each_host
 
 
 def _server(name, source, prefix, default_url):
@@ -69,16 +69,8 @@ def _server(name, source, prefix, default_url):
 
 
 def vllm_servers(hosts, hostvars, on_host=False):
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError('vllm_servers expects a list of host names')
     servers = []
-    for host in hosts:
-        try:
-            variables = hostvars[host]
-        except (KeyError, TypeError):
-            raise AnsibleFilterError('vllm_servers: %s is not in hostvars' % host)
-        if not isinstance(variables, Mapping):
-            raise AnsibleFilterError('vllm_servers: the hostvars of %s are not a mapping' % host)
+    for host, variables in each_host(hosts, hostvars, 'vllm_servers'):
         instances = variables.get('vllm_instances') or []
         if instances:
             for instance in instances:

@@ -47,20 +47,14 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.modelops.vllm.plugins.plugin_utils._hostvars import each_host
+
 KEYS = ('url', 'kind', 'api_key', 'model')
 
 
 def watchdog_servers(hosts, hostvars):
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError('watchdog_servers expects a list of host names')
     servers = []
-    for host in hosts:
-        try:
-            variables = hostvars[host]
-        except (KeyError, TypeError):
-            raise AnsibleFilterError('watchdog_servers: %s is not in hostvars' % host)
-        if not isinstance(variables, Mapping):
-            raise AnsibleFilterError('watchdog_servers: the hostvars of %s are not a mapping' % host)
+    for host, variables in each_host(hosts, hostvars, 'watchdog_servers'):
         instances = variables.get('_vllm_watchdog_instances') or []
         for instance in instances:
             if not isinstance(instance, Mapping) or not instance.get('name'):

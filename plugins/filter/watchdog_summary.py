@@ -86,6 +86,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.modelops.vllm.plugins.plugin_utils._hostvars import each_host
+
 
 def _truthy(value):
     if isinstance(value, str):
@@ -115,11 +117,7 @@ def play_results(hosts, hostvars):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('watchdog_summary expects the host names of the play, got %s' % type(hosts).__name__)
     results = []
-    for host in hosts:
-        try:
-            variables = hostvars[host]
-        except KeyError:
-            raise AnsibleFilterError('watchdog_summary: %s is not in hostvars' % host)
+    for host, variables in each_host(hosts, hostvars, 'watchdog_summary'):
         if GATE not in variables:
             continue
         mine = (variables.get('ansible_facts') or {}).get('vllm_watchdog_results') or []
