@@ -83,9 +83,10 @@ class Memory(object):
             if not statedir.check_dir(state_dir, create=self.write):
                 return Window(None, window, off='state_dir %s does not exist (check mode creates nothing)' % state_dir,
                               profile=self.profile)
-            self.path = progress_file(state_dir, name)
+            files = statedir.paths(state_dir, statedir.file_name(name))
+            self.path = files['progress']
             if self.write:
-                self.fd = statedir.open_lock(statedir.paths(state_dir, statedir.file_name(name))['progress_lock'])
+                self.fd = statedir.open_lock(files['progress_lock'])
                 if statedir.lock(self.fd, MEMORY_LOCK_TIMEOUT) is None:
                     self.close()
                     return Window(None, window, off='another check of this server holds its progress memory',

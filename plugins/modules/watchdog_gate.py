@@ -507,8 +507,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._gate import Gate, r
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 from ansible_collections.modelops.vllm.plugins.module_utils._service import METHODS
-from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS
-from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range
+from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS, in_range
 
 STATES = list(VERDICTS)  # every verdict a check can give, from the one list (_types)
 
