@@ -13,10 +13,14 @@ it first), and the stand-ins' restart time. That count is what does not depend o
 with P the schedule's period and C the check's own duration (measured: run start to restart
 command). The window rule needs a streak of ``window`` seconds starting at the first run that saw
 the hang, so it needs ceil(window / P) more runs; the measured runs say whether any more were
-needed. The projection puts the defaults in: P = 300 s, window = 1200 s (vllm_watchdog_stall_window).
+needed. A frozen hang (nothing moves at all) needs a freeze of ``freeze_limit`` seconds: the run that
+first sees it keeps watching it that long (the role's default freeze_wait), so C is the limit plus the
+run's own time. The projection puts the defaults in: P = 300 s, window = 1200 s
+(vllm_watchdog_stall_window), freeze limit 300 s (vllm_watchdog_freeze_limit).
 
 The alert path: Prometheus sees a frozen engine with work in flight (VllmWatchdogCheck after 2
-minutes, the rulebook runs the watchdog on the host: eda_latency.py measures it); it cannot see an
+minutes, the rulebook runs the watchdog on the host: eda_latency.py measures it; that run measures the
+freeze from its own first read, never from the alert's word, and watches it up to the limit); it cannot see an
 idle-looking hang (running 0) at all; and for a livelock its VllmEngineLivelocked fires after the
 same 20 minutes, when the watchdog's own memory (kept by the scheduled runs, whose streak began at
 the first run after the hang) is short of the window by the phase, so its run says busy and the
@@ -47,7 +51,8 @@ from tests.support import field  # noqa: E402  pylint: disable=wrong-import-posi
 from tests.support.ports import span  # noqa: E402  pylint: disable=wrong-import-position
 
 OUT = REPO / "benchmarks" / "results" / "field_signatures.json"
-DEFAULTS = {"period_s": 300, "window_s": 1200, "watchdog_check_alert_s": 120, "livelock_alert_s": 1200}
+DEFAULTS = {"period_s": 300, "window_s": 1200, "freeze_limit_s": 300, "watchdog_check_alert_s": 120,
+            "livelock_alert_s": 1200}
 # What Prometheus sees of each signature (docs/prometheus.md): a frozen engine with work in flight
 # triggers the watchdog after 2 minutes; idle-looking hangs are invisible; livelocks fire after the window.
 ALERT = {"idle-hang": None, "unscheduled": None, "dead-engine": "frozen", "deadlock": "livelock",
@@ -84,8 +89,9 @@ def measure(window, period, runs):
         return out, [round(b - a, 1) for a, b in zip(starts, starts[1:])]
 
 
-def project(measured):
-    p, w = DEFAULTS["period_s"], DEFAULTS["window_s"]
+def project(measured, freeze):
+    """The measured runs at the defaults. ``freeze``: the scaled freeze limit the runs watched."""
+    p, w, limit = DEFAULTS["period_s"], DEFAULTS["window_s"], DEFAULTS["freeze_limit_s"]
     rows = {}
     for host, m in measured.items():
         if not m["caught"]:
@@ -94,12 +100,16 @@ def project(measured):
         extra = m["caught"]["runs"] - 1 - m["window_runs"]  # runs beyond what the window needs
         needs = math.ceil(w / p) if m["window_runs"] else 0
         check = m["caught"]["check_seconds"]
+        if not m["window_runs"]:
+            # A frozen hang: the run watched the scaled limit; at the defaults it watches 300 s.
+            check = max(0.0, check - freeze) + limit
         schedule = {"expected_s": round(p / 2 + (needs + extra) * p + check), "worst_s": round(p + (needs + extra) * p + check)}
         kind = ALERT.get(host)
         if kind == "frozen":
-            # Work in flight and nothing moves: VllmWatchdogCheck after 2 minutes runs the watchdog (eda_latency.py).
-            alert = {"expected_s": DEFAULTS["watchdog_check_alert_s"] + round(check),
-                     "worst_s": DEFAULTS["watchdog_check_alert_s"] + round(check)}
+            # Work in flight and nothing moves: VllmWatchdogCheck after 2 minutes runs the watchdog (eda_latency.py),
+            # which watches the freeze from its own first read up to the limit (check includes it).
+            alert = {"expected_s": min(schedule["expected_s"], DEFAULTS["watchdog_check_alert_s"] + round(check)),
+                     "worst_s": min(schedule["worst_s"], DEFAULTS["watchdog_check_alert_s"] + round(check))}
             if m["window_runs"]:  # stranded: the check still needs its window, as on the schedule
                 alert = dict(schedule)
         elif kind == "livelock":
@@ -119,9 +129,9 @@ def main():
     args = parser.parse_args()
     runs = args.runs or int(math.ceil(args.window / args.period)) + 4
     measured, spacing = measure(args.window, args.period, runs)
-    projected = project(measured)
-    result = {"measured": {"window_s": args.window, "period_s": args.period, "runs": runs, "run_spacing_s": spacing,
-                           "signatures": measured},
+    projected = project(measured, field.FREEZE)
+    result = {"measured": {"window_s": args.window, "period_s": args.period, "freeze_limit_s": field.FREEZE,
+                           "runs": runs, "run_spacing_s": spacing, "signatures": measured},
               "projected_defaults": dict(DEFAULTS, signatures=projected),
               "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
               "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -14,8 +14,9 @@ author: modelops.vllm maintainers (@modelops)
 description:
   - Takes the check's O(modelops.vllm.health#module:interval) and returns how many seconds the gate or the collector
     waits for a check that runs in the background, a whole number.
-  - That is the health module's own overall deadline of one check (two waits, two probes and eight reads of the
-    cheap endpoints), plus O(margin) seconds for Python and the module to start on a loaded host, rounded up.
+  - That is the health module's own overall deadline of one check (two waits, two probes, eight reads of the
+    cheap endpoints and the time it may keep watching a freeze, O(freeze_wait)), plus O(margin) seconds for Python and
+    the module to start on a loaded host, rounded up.
   - A value that is not a number is an error that names it.
 options:
   _input:
@@ -34,13 +35,17 @@ options:
     description: Seconds added to the check's deadline.
     type: float
     default: 30
+  freeze_wait:
+    description: The seconds one check may keep watching a freeze (O(modelops.vllm.health#module:freeze_wait)).
+    type: float
+    default: 0
 '''
 
 EXAMPLES = r'''
 - name: Collect the verdicts of the background check
   modelops.vllm.health:
     results_file: "{{ job.results_file }}"
-    results_timeout: "{{ interval | modelops.vllm.check_budget(probe_timeout, metrics_timeout) }}"
+    results_timeout: "{{ interval | modelops.vllm.check_budget(probe_timeout, metrics_timeout, freeze_wait=freeze_wait) }}"
 '''
 
 RETURN = r'''
@@ -66,9 +71,9 @@ def _number(name, value):
     return number
 
 
-def check_budget(interval, probe_timeout, metrics_timeout, margin=MARGIN):
+def check_budget(interval, probe_timeout, metrics_timeout, margin=MARGIN, freeze_wait=0):
     deadline = check_deadline(_number('interval', interval), _number('probe_timeout', probe_timeout),
-                              _number('metrics_timeout', metrics_timeout))
+                              _number('metrics_timeout', metrics_timeout), _number('freeze_wait', freeze_wait))
     return int(math.ceil(deadline + _number('margin', margin)))
 
 

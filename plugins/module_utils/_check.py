@@ -24,7 +24,8 @@ import time
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._http import Client
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
-from ansible_collections.modelops.vllm.plugins.module_utils._stall import Window
+from ansible_collections.modelops.vllm.plugins.module_utils._freeze import DEFAULT_LIMIT, Freeze
+from ansible_collections.modelops.vllm.plugins.module_utils._stall import Window, fresh
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, clip
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge, check_deadline, check_proxy
@@ -58,10 +59,11 @@ def _boot_id():
 
 
 class Memory(object):
-    """The progress memory of one server in ``state_dir``, for the window rule: read under a lock held
-    for the whole check (a second check of the same server meanwhile goes without the rule), written
-    back atomically, never in check mode. Every fault turns the rule off for this check, and the
-    evidence says why: it can only delay a finding, never make one."""
+    """The memory of one server in ``state_dir`` across checks: the progress window's streaks (the window rule)
+    and the engines' freezes (how long nothing has moved, for ``freeze_limit``). Read under a lock held for the
+    whole check (a second check of the same server meanwhile goes without it), written back atomically, never
+    in check mode. Every fault leaves this check without the memory, and the evidence says why: it can only
+    delay a finding, never make one."""
 
     def __init__(self, spec, name, url, profile=_vllm.PROFILE):
         self.profile = profile
@@ -70,31 +72,37 @@ class Memory(object):
         self.write = not spec.get('_check_mode')
         self.url = url
         window = float(spec.get('stall_window') or 0)
+        limit = spec.get('freeze_limit')
+        self.limit = float(DEFAULT_LIMIT if limit is None else limit)
+        self.wait = float(spec.get('freeze_wait') or 0)
         state_dir = spec.get('state_dir')
-        if window <= 0:
-            self.window = Window(None, 0, off='stall_window is 0', profile=profile)
-        elif not state_dir:
-            self.window = Window(None, window, off='no state_dir: the rule needs a memory across checks', profile=profile)
+        self.window = self.freeze = None
+        if not state_dir:
+            self._without('no state_dir: the rule needs a memory across checks', window)
+            self.freeze.note = 'no state_dir: a freeze is measured within this check alone'
         else:
-            self.window = self._open(state_dir, name, window)
+            self._open(state_dir, name, window)
+
+    def _without(self, why, window, boot=None):
+        self.window = Window(None, window, off='stall_window is 0' if window <= 0 else why, profile=self.profile)
+        self.freeze = Freeze(None, self.limit, self.wait, boot=boot, remember=False)
+        self.freeze.note = 'the memory across checks is not used: %s' % why
 
     def _open(self, state_dir, name, window):
         try:
             if not statedir.check_dir(state_dir, create=self.write):
-                return Window(None, window, off='state_dir %s does not exist (check mode creates nothing)' % state_dir,
-                              profile=self.profile)
+                return self._without('state_dir %s does not exist (check mode creates nothing)' % state_dir, window)
             files = statedir.paths(state_dir, statedir.file_name(name))
             self.path = files['progress']
             if self.write:
                 self.fd = statedir.open_lock(files['progress_lock'])
                 if statedir.lock(self.fd, MEMORY_LOCK_TIMEOUT) is None:
                     self.close()
-                    return Window(None, window, off='another check of this server holds its progress memory',
-                                  profile=self.profile)
+                    return self._without('another check of this server holds its progress memory', window)
             text = statedir.read_text(self.path)
         except (statedir.StateError, OSError) as exc:
             self.close()
-            return Window(None, window, off='the progress memory cannot be used: %s' % clip(exc), profile=self.profile)
+            return self._without('the progress memory cannot be used: %s' % clip(exc), window)
         memory, note = None, None
         if text is not None:
             try:
@@ -103,13 +111,24 @@ class Memory(object):
                 note = 'the progress memory was not JSON: started afresh'
             if isinstance(memory, dict) and memory.get('url') != self.url:
                 memory, note = None, 'the server has another url than at the last check: started afresh'
-        return Window(memory, window, boot=_boot_id(), note=note, profile=self.profile)
+        boot = _boot_id()
+        if window > 0:
+            self.window = Window(memory, window, boot=boot, note=note, profile=self.profile)
+        else:
+            self.window = Window(None, 0, off='stall_window is 0', profile=self.profile)
+        self.freeze = Freeze(memory.get('frozen') if isinstance(memory, dict) else None, self.limit, self.wait,
+                             boot=boot)
+        if note and not self.freeze.note:
+            self.freeze.note = note
+        return None
 
-    def keep(self):
-        """Write the memory back (not in check mode); a failure is a note in the evidence."""
+    def keep(self, state):
+        """Write the memory back (not in check mode) after a check that said ``state``; a failure is a note in
+        the evidence. A check that could not judge (``unknown``) keeps the freezes it found in the memory."""
         try:
-            if self.fd is not None and self.write and not self.window.off:
-                memory = dict(self.window.memory, url=self.url)
+            if self.fd is not None and self.write:
+                streaks = self.window.memory if not self.window.off and self.window.memory else fresh()
+                memory = dict(streaks, url=self.url, frozen=self.freeze.memory(judged=state != 'unknown'))
                 statedir.write_text(self.path, json.dumps(memory, sort_keys=True) + '\n')
         except (statedir.StateError, OSError, TypeError, ValueError) as exc:
             self.window.summary['note'] = 'the progress memory could not be written: %s' % clip(exc)
@@ -134,7 +153,8 @@ def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client, mono
     is a result with ``error`` set."""
     profile = ENGINES[engine]
     checked_at = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
-    deadline = check_deadline(spec['interval'], spec['probe_timeout'], spec['metrics_timeout'])
+    deadline = check_deadline(spec['interval'], spec['probe_timeout'], spec['metrics_timeout'],
+                              spec.get('freeze_wait') or 0)
     name = spec.get('name') or display_url(spec['url'])
     memory = None
     try:
@@ -149,8 +169,9 @@ def check_one(spec, sleep=time.sleep, clock=time.time, client_class=Client, mono
             memory = Memory(spec, name, display_url(spec['url']), profile)
             result = Judge(client, interval=spec['interval'], model=spec.get('model'), sleep=sleep, clock=clock,
                            probe_timeout=spec['probe_timeout'], metrics_timeout=spec['metrics_timeout'],
-                           monotonic=monotonic, deadline=deadline, window=memory.window, profile=profile).run()
-            memory.keep()
+                           monotonic=monotonic, deadline=deadline, window=memory.window, profile=profile,
+                           freeze=memory.freeze).run()
+            memory.keep(result['state'])
         result['error'] = None
     except CheckError as exc:
         result = {'state': 'unknown', 'reason': 'the check cannot run as configured: %s' % exc, 'error': str(exc)}

@@ -393,6 +393,9 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
                                 'unknown; a human should look at the evidence' % hist['unknown_streak'])
         return result(NONE, 'unknown is never a reason to restart (%d of %d runs in a row before asking a human)'
                       % (hist['unknown_streak'], int(conf['unknown_limit'])))
+    if state == 'frozen':
+        return result(NONE, 'frozen: no movement yet for as long as the freeze limit that proves a hang (a long '
+                            'engine step looks the same): never restarted on frozen')
     if state not in ('stuck', 'down'):
         return result(NONE, '%s: nothing to do' % state)
     if paused:

@@ -56,7 +56,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
 
 # The verdict's numbers kept in the verdict history and returned to the role.
 VERDICT_KEYS = ('state', 'reason', 'line', 'url', 'running', 'waiting', 'kv_cache_usage', 'steps_per_second',
-                'generation_tokens_per_second', 'restarted', 'version', 'model', 'stuck_engines', 'error', 'checked_at')
+                'generation_tokens_per_second', 'restarted', 'version', 'model', 'stuck_engines', 'frozen_for', 'error',
+                'checked_at')
 
 
 def _pause_note(paths):

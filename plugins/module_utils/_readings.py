@@ -41,11 +41,14 @@ EVIDENCE_ENGINES = 16
 MAX_REQUESTS = 1e9
 # Values left out, named per engine in the evidence; past this many they are only counted.
 MAX_PROBLEMS = 5
+# Buckets kept per histogram and engine (vLLM's longest default family has 22).
+MAX_BUCKETS = 64
 
 
 def _wanted(profile):
     """The filter of the series a reading of this engine keeps."""
-    names = frozenset(profile.progress_counters + profile.gauges + profile.v0_only + (profile.start_time,))
+    names = frozenset(profile.progress_counters + profile.gauges + profile.v0_only + (profile.start_time,)
+                      + tuple(name for dummy, name in profile.step_histograms))
     prefix, suffix = profile.prefix, profile.created_suffix
 
     def wanted(name):
@@ -69,7 +72,7 @@ class EngineReading(object):
     """One engine's numbers in one reading."""
 
     __slots__ = ('running', 'waiting', 'deferred', 'kv_cache', 'awake', 'counters', 'completed', 'model_name',
-                 'problems', 'bad_counters', 'bad_gauges', 'bad_requests')
+                 'problems', 'bad_counters', 'bad_gauges', 'bad_requests', 'buckets')
 
     def __init__(self):
         self.running = None
@@ -86,6 +89,8 @@ class EngineReading(object):
         self.bad_counters = set()
         self.bad_gauges = set()
         self.bad_requests = False  # a request gauge (running, waiting, deferred) had a value that cannot be true
+        # The step histograms' cumulative bucket counts: {what: {upper bound: count}} (None: one cannot be true).
+        self.buckets = {}
 
     @property
     def in_flight(self):
@@ -117,6 +122,22 @@ class EngineReading(object):
         return out
 
 
+def highest_bucket(buckets):
+    """(above, at_most) of a histogram's highest observation: the bounds of the highest bucket whose cumulative
+    count rose (at_most None for +Inf); None without an observation, or with counts that cannot be true."""
+    if not buckets:
+        return None
+    previous, found, lower = 0.0, None, 0.0
+    for upper in sorted(buckets):
+        count = buckets[upper]
+        if count < previous:
+            return None
+        if count > previous:
+            found = (lower, None if math.isinf(upper) else upper)
+        previous, lower = count, upper
+    return found
+
+
 def judgeable(before, after):
     """Why two readings of one engine cannot show that nothing moved, or None when they can.
 
@@ -142,12 +163,14 @@ class Reading(object):
     """One scrape of /metrics, reduced to what the verdict needs."""
 
     def __init__(self, engines, start_time, created, has_vllm, at=None, seconds=None, v0=False, problems=None,
-                 weight_updates=None, profile=PROFILE):
+                 weight_updates=None, profile=PROFILE, websocket_sessions=None):
         # The engine profile the reading was made with: its counters' names are the profile's.
         self.profile = profile
         self.v0 = v0
         # RL weight-transfer operations in flight (None: the server does not report them).
         self.weight_updates = weight_updates
+        # Realtime WebSocket sessions open (None: the server does not report them).
+        self.websocket_sessions = websocket_sessions
         self.process_problems = list(problems or [])
         self.engines = engines
         self.start_time = start_time
@@ -209,6 +232,14 @@ class Reading(object):
     def counter(self, name):
         values = [e.counters[name] for e in self.engines.values() if name in e.counters]
         return sum(values) if values else None
+
+    def longest(self, what):
+        """(above, at_most) of the highest observation of a step histogram (``what``) on any engine, or None."""
+        found = [highest_bucket(e.buckets.get(what)) for e in self.engines.values() if e.buckets.get(what)]
+        found = [f for f in found if f is not None]
+        if not found:
+            return None
+        return max(found, key=lambda f: (f[0], float('inf') if f[1] is None else f[1]))
 
     def summary(self):
         """A compact, JSON-friendly record for the evidence (at most EVIDENCE_ENGINES engines)."""
@@ -289,6 +320,9 @@ def reading_from_samples(samples, at=None, seconds=None, profile=PROFILE):
     problems = []
     weight_updates = None
     weight_bad = False
+    sessions = None
+    sessions_bad = False
+    histograms = dict((name, what) for what, name in p.step_histograms)
 
     def engine_for(labels):
         key = p.default_engine
@@ -326,6 +360,17 @@ def reading_from_samples(samples, at=None, seconds=None, profile=PROFILE):
                 else:
                     weight_bad = True
                     problems.append('%s=%s' % (p.weight_updates.replace(prefix, ''), _fmt(value)))
+            continue
+        if name == p.websockets:
+            if not sessions_bad:
+                if _finite(value) and 0 <= value <= MAX_REQUESTS:
+                    sessions = (sessions or 0) + value
+                else:
+                    sessions_bad = True
+                    problems.append('%s=%s' % (p.websockets.replace(prefix, ''), _fmt(value)))
+            continue
+        if name in histograms:
+            _add_bucket(engine_for(labels), histograms[name], labels, value, p.bucket_label)
             continue
         if name in p.v0_only:
             v0 = True
@@ -374,7 +419,27 @@ def reading_from_samples(samples, at=None, seconds=None, profile=PROFILE):
                     engine.completed = None
                 _problem(engine, name, value, prefix)
     return Reading(engines, start_time, created, has_vllm, at=at, seconds=seconds, v0=v0, problems=problems,
-                   weight_updates=None if weight_bad else weight_updates, profile=profile)
+                   weight_updates=None if weight_bad else weight_updates, profile=profile,
+                   websocket_sessions=None if sessions_bad else sessions)
+
+
+def _add_bucket(engine, what, labels, value, bucket_label):
+    """One bucket sample of a step histogram, summed over its other labels. A histogram with a sample that
+    cannot be true (not finite, negative, a bound that is no number) is none: its longest is not shown."""
+    buckets = engine.buckets.get(what, {})
+    if buckets is None:
+        return
+    bound = dict(labels).get(bucket_label)
+    try:
+        upper = float(bound)
+    except (TypeError, ValueError):
+        upper = None
+    if upper is None or math.isnan(upper) or upper < 0 or not _finite(value) or value < 0 \
+            or (upper not in buckets and len(buckets) >= MAX_BUCKETS):
+        engine.buckets[what] = None
+        return
+    buckets[upper] = buckets.get(upper, 0.0) + value
+    engine.buckets[what] = buckets
 
 
 def read_text(text, at=None, seconds=None, profile=PROFILE):

@@ -30,7 +30,9 @@ completes requests, which is useful work.
 An engine is **stranded** when only deferred requests wait on it (0.25+: the scheduler skips them,
 waiting for remote KV or a grammar) and nothing at all moved for ``window`` seconds: deferred work
 clears in seconds, and KV-connector stranding (vllm#45388) never clears without a restart. The
-check alone calls such an engine ``unknown``; the caller passes the state ``deferred`` for it.
+check alone calls such an engine ``unknown``; the caller passes the state ``deferred`` for it. Not while
+realtime sessions are open (``vllm:websocket_connections_active`` above 0, 0.33): a streaming session
+whose client pauses waits as a deferred request for as long as the pause lasts.
 
 Everything that is not evidence clears an engine's streak (or never starts one): no work in
 flight at some read, a counter the rule needs that is missing or cannot be true, another process
@@ -45,10 +47,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
-import time
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
-from ansible_collections.modelops.vllm.plugins.module_utils._types import duration
+from ansible_collections.modelops.vllm.plugins.module_utils._types import duration, moment
 from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE
 
 VERSION = 1
@@ -68,7 +69,7 @@ COUNTERS = ('generation', 'steps', 'prompt', 'preemptions')
 # Checks that say the process changed, or that the engine is frozen on purpose: every streak ends.
 RESET = ('restarted', 'starting', 'sleeping', 'paused')
 # Checks that judged the engine from reads of one process: they start, extend or end streaks.
-JUDGED = ('busy', 'stuck', 'idle', 'deferred')
+JUDGED = ('busy', 'stuck', 'frozen', 'idle', 'deferred')
 
 
 def _finite(value):
@@ -252,8 +253,11 @@ def _stalled(streaks, before, last, state, window, boot):
             grew['kv_drops'] = entry['kv_drops']
         if state == 'deferred':
             # Stranded: nothing at all moved since the streak began, the KV cache included.
+            # Realtime sessions open: a paused streaming session waits as deferred for as long as its client
+            # pauses (0.33), which is no stranding.
             if not grew and now.get('kv') == entry['base'].get('kv') and last.engines[key].waiting \
-                    and last.engines[key].deferred == last.engines[key].waiting and not last.engines[key].running:
+                    and last.engines[key].deferred == last.engines[key].waiting and not last.engines[key].running \
+                    and not last.websocket_sessions:
                 out.append((key, grew))
             continue
         if state != 'busy':
@@ -286,13 +290,6 @@ def _summarize(memory, reads, summary, boot):
     return summary
 
 
-def _iso(epoch):
-    try:
-        return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(epoch))
-    except (ValueError, OverflowError, OSError):
-        return '?'
-
-
 class Window(object):
     """The window rule for one check: the memory in, the memory to keep out (``memory``).
 
@@ -320,7 +317,7 @@ class Window(object):
     def reason(self, finding, last):
         """The sentence of a stalled engine's verdict, naming the signature."""
         which = ' on engine(s) %s' % ', '.join(finding['engines'][:16]) if len(last.engines) > 1 else ''
-        since = 'for %s (since %s)' % (duration(finding['seconds']), _iso(finding['since']))
+        since = 'for %s (since %s)' % (duration(finding['seconds']), moment(finding['since']))
         if finding['kind'] == 'stranded':
             return ('only deferred requests in flight%s and nothing moved %s, the KV cache included: deferred work '
                     'clears in seconds, this is stranded (a KV transfer or grammar that never completes), past the '

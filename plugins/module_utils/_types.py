@@ -14,7 +14,8 @@ keeps it so.
 - ``STATES``: every verdict a check can give.
 - ``clip`` and the bounds on strings that come from outside (``MAX_MESSAGE``, ``MAX_NAME``, ``MAX_IDS``).
 - ``model_ids``: the model ids of a ``/v1/models`` answer.
-- ``duration``: seconds as a sentence says them ('12m05s').
+- ``duration``: seconds as a sentence says them ('12m05s'); ``moment``: an epoch time as a sentence says
+  it ('2026-12-02T20:31:05Z').
 - ``in_range`` and ``range_words``: the one check of a number setting against its limits
   ``(smallest, largest, smallest allowed itself)``, and how its messages say the range.
 """
@@ -25,8 +26,9 @@ __metaclass__ = type
 
 import json
 import math
+import time
 
-STATES = ('idle', 'busy', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown')
+STATES = ('idle', 'busy', 'frozen', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown')
 
 # Why a request got no HTTP answer.
 FETCH_ERRORS = (
@@ -133,3 +135,11 @@ def duration(seconds):
     if seconds >= 60:
         return '%dm%02ds' % (seconds // 60, seconds % 60)
     return '%ds' % seconds
+
+
+def moment(epoch):
+    """An epoch time as a sentence says it, in UTC ('2026-12-02T20:31:05Z'); '?' for one that is no time."""
+    try:
+        return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(epoch))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return '?'

@@ -25,7 +25,8 @@ import json
 
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
-from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched, clip, model_ids
+from ansible_collections.modelops.vllm.plugins.module_utils._freeze import Freeze
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched, clip, duration, model_ids, moment
 from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE
 
 # A probe counts as unanswered only when it waited this share of probe_timeout (clock granularity).
@@ -42,12 +43,13 @@ CHECK_LIMITS = {
 }
 
 
-def check_deadline(interval, probe_timeout, metrics_timeout):
+def check_deadline(interval, probe_timeout, metrics_timeout, freeze_wait=0):
     """Seconds one check may take at most, from its settings: two waits, two probes and eight reads
     of the cheap endpoints (the longest path: /version, three /metrics reads, /v1/models, two
-    /health reads and one more /metrics read after a restart). The role's async budget adds its
+    /health reads and one more /metrics read after a restart), and the time it may keep watching a
+    freeze that has not lasted ``freeze_limit`` yet (``freeze_wait``). The role's async budget adds its
     start-up margin to this same number."""
-    return 2 * interval + 2 * probe_timeout + 8 * metrics_timeout
+    return 2 * interval + 2 * probe_timeout + 8 * metrics_timeout + freeze_wait
 
 
 NO_PROBE = {'sent': False, 'ok': None, 'outcome': None, 'seconds': None, 'status': None, 'error': None, 'model': None}
@@ -111,9 +113,14 @@ class Judge(object):
 
     def __init__(self, server, interval=5.0, model=None, sleep=None, clock=None,
                  probe_timeout=None, metrics_timeout=None, monotonic=None, deadline=None, window=None,
-                 profile=PROFILE):
+                 profile=PROFILE, freeze=None):
         self.server = server
         self.profile = profile
+        # How long an engine has shown no movement (_freeze.Freeze): stuck only past its limit. Without
+        # one, the default limit, measured within this check alone.
+        self.freeze = freeze if freeze is not None else Freeze(remember=False)
+        # The read of this check (its index in readings) at which each engine's freeze began.
+        self.frozen_from = {}
         # Useful progress across checks (_stall.Window), or None with the reason it is off.
         self.window = window
         self.interval = float(interval)
@@ -139,6 +146,8 @@ class Judge(object):
         self.deferred_only = False  # the verdict: only deferred requests wait, and nothing moved
         self.pause_answers = []
         self.pause_asked = False  # True once /is_paused gave an answer that makes asking again pointless
+        self.frozen_engines = []
+        self.probe_sent = (None, None)  # (wall, monotonic) time of the first probe
 
     # -- reads -------------------------------------------------------------
 
@@ -263,6 +272,9 @@ class Judge(object):
             'model': self.model or self._model_from_metrics() or (self.models[0] if self.models else None),
             'models': self.models or [],
             'stuck_engines': list(self.stuck_engines),
+            'frozen_for': self._frozen_seconds(last),
+            'longest_step': longest_step(last),
+            'warnings': self.warnings(last),
             'evidence': {
                 'interval': self.interval,
                 'reads': [r.summary() for r in self.readings],
@@ -271,12 +283,35 @@ class Judge(object):
                 'health': self.health.describe() if self.health is not None else None,
                 'is_paused': list(self.pause_answers),
                 'progress': self.window.summary if self.window is not None else None,
+                'freeze': self.freeze.summary(last),
                 'idle_ticks': self.idle_ticks,
                 'notes': self.notes,
                 'deadline': self.deadline,
             },
         }
         return result
+
+    def _frozen_seconds(self, last):
+        """The longest freeze of the engines this check found frozen or stuck, at the read a verdict rests on."""
+        keys = [key for key in (self.stuck_engines or self.frozen_engines) if key in self.freeze.current]
+        if not keys or last is None:
+            return None
+        return round(self._frozen_for(keys, last), 1)
+
+    def warnings(self, last):
+        """A freeze_limit that is not well above what this server has already taken between two tokens."""
+        longest = longest_step(last).get('inter_token_latency')
+        if not longest:
+            return []
+        above, at_most = longest['above'], longest['at_most']
+        needed = max(2 * above, at_most if at_most is not None else 0)
+        if self.freeze.limit >= needed:
+            return []
+        shown = ('between %s and %s' % (duration(above), duration(at_most)) if at_most is not None
+                 else 'more than %s' % duration(above))
+        return ['freeze_limit (%s) is not well above the longest this server has taken between two tokens (%s, '
+                '%s): a healthy step that long would be judged a hang; set it to at least %s'
+                % (duration(self.freeze.limit), shown, self.profile.step_histograms[0][1], duration(needed))]
 
     def unreadable(self, fetched, between=False):
         """A /metrics read that gave no reading."""
@@ -411,6 +446,9 @@ class Judge(object):
         paused = self.paused()
         if paused:
             return paused
+        if attempt == 1:
+            # A freeze of an idle-looking engine begins with the first probe sent to it.
+            self.probe_sent = (self._now(), self._mono())
         outcome, fetched = self.probe()
         if outcome == 'ok':
             # The probe must have been answered by the process whose counters were read: behind a
@@ -453,13 +491,12 @@ class Judge(object):
             return self.finish('unknown', 'the probe got no answer in %s s, but that nothing moved cannot be shown: '
                                           '%s' % (self.probe_timeout, why))
         if attempt == 1:
+            at, mono = self.probe_sent
+            for key in after.engines:
+                self.begin_freeze(key, before, at=at, mono=mono)
             return self.idle_path(after, attempt=2)
-        paused = self.paused()
-        if paused:
-            return paused
-        return self.finish('stuck', 'nothing in flight, yet two one-token probes each waited their full %s s '
-                                    'without an answer and no counter or gauge moved: an idle-looking hang'
-                           % self.probe_timeout)
+        # /is_paused is asked again before a stuck (watch).
+        return self.watch(after, sorted(self.frozen_from, key=readings.engine_order), {}, 'probe')
 
     # -- work in flight: compare counters, never probe -----------------------
 
@@ -477,6 +514,7 @@ class Judge(object):
         return after, moved, None
 
     def busy_path(self, before):
+        start = before
         stalled_before = None
         for wait in (1, 2):
             left = self.left()
@@ -504,7 +542,7 @@ class Judge(object):
                 stuck = sorted(stalled & stalled_before, key=readings.engine_order)
                 if not stuck:
                     return self.finish('busy', self._busy_reason(before, after, moved))
-                return self.stuck(after, stuck, moved)
+                return self.frozen_path(start, after, stuck, moved)
             stalled_before = stalled
             before = after
         raise AssertionError('unreachable')  # pragma: no cover
@@ -514,13 +552,20 @@ class Judge(object):
         return ('%s request(s) in flight and the engine moved within %s s (%s); no probe sent'
                 % (_count(max(before.in_flight, after.in_flight)), self.interval, ', '.join(what[:8])))
 
-    def stuck(self, after, stuck, moved=None):
-        self.stuck_engines = stuck[:readings.MAX_ENGINES]
-        all_engines = len(stuck) == len(after.engines)
+    # -- nothing moved: a freeze, proof of a hang only once it has lasted freeze_limit --------
+
+    def frozen_path(self, start, after, keys, moved):
+        """Work in flight on engines that did not move across two waits (since ``start``)."""
         deferred_only = all((after.engines[k].running or 0) == 0 and after.engines[k].waiting
-                            and after.engines[k].deferred == after.engines[k].waiting for k in stuck)
+                            and after.engines[k].deferred == after.engines[k].waiting for k in keys)
         if deferred_only:
             self.deferred_only = True
+            sessions = after.websocket_sessions
+            if sessions:
+                return self.finish('unknown', 'only deferred requests wait and no engine step happened across two '
+                                              'waits, with %s realtime session(s) open (%s): a paused streaming '
+                                              'session waits as deferred for as long as its client pauses; not '
+                                              'called stuck' % (_count(sessions), self.profile.websockets))
             return self.finish('unknown', 'only deferred requests wait (grammar compilation or remote KV) and '
                                           'no engine step happened across two waits; deferred work can sit '
                                           'without steps, so this is not called stuck')
@@ -531,15 +576,127 @@ class Judge(object):
         paused = self.paused()
         if paused:
             return paused
-        if not all_engines:
-            which = ' on engine(s) %s%s' % (clip(', '.join(stuck), 120), _others(after, stuck, moved))
-        elif len(stuck) > 1:
-            which = ' on every engine (%s)' % clip(', '.join(stuck), 120)
+        for key in keys:
+            self.begin_freeze(key, start)
+        return self.watch(after, keys, moved, 'work')
+
+    def begin_freeze(self, key, reading, at=None, mono=None):
+        """Begin (or continue from the memory) the freeze of engine ``key``, unmoved since ``reading``. A read of
+        this check that showed a deliberate freeze (a weight transfer) keeps the waits before it from counting."""
+        index = self.readings.index(reading) if reading in self.readings else len(self.readings) - 1
+        deliberate = [i for i, r in enumerate(self.readings) if r.weight_updates and i >= index]
+        if deliberate:
+            index = deliberate[-1] + 1
+            reading, at, mono = self.readings[index], None, None
+            self.note('a weight transfer was in flight at an earlier read of this check: the freeze is counted '
+                      'from the read after it')
+        self.frozen_from[key] = index
+        return self.freeze.begin(key, reading, readings.progress_counters(self.idle_ticks, self.profile),
+                                 at=at, mono=mono)
+
+    def proven(self, key, read):
+        """A freeze is proof once it has lasted the limit, and this check saw two waits of it (or the memory did)."""
+        entry = self.freeze.current.get(key)
+        if entry is None or not self.freeze.proven(key, read):
+            return False
+        return entry['remembered'] or len(self.readings) - 1 - self.frozen_from.get(key, len(self.readings)) >= 2
+
+    def watch(self, after, keys, moved, how):
+        """The engines ``keys`` show no movement (``how``: with work in flight, or to the probes sent). Stuck once
+        the freeze has lasted the limit; until then, keep reading while this check may (``freeze_wait``, the
+        deadline) and the limit can be reached in that time: busy when the engine moves, else frozen."""
+        while True:
+            proven = [key for key in keys if self.proven(key, after)]
+            if proven:
+                paused = self.paused()
+                if paused:
+                    return paused
+                return self.stuck(after, proven, moved, how)
+            need = max(0.0, min(self.freeze.limit - (self.freeze.seconds(key, after) or 0.0) for key in keys))
+            if any(len(self.readings) - 1 - self.frozen_from.get(key, 0) < 2 for key in keys):
+                need = max(need, self.interval)
+            left = self.left()
+            budget = self.freeze.wait - self.freeze.watched
+            if need > budget or (left is not None and left < need + (self.metrics_timeout or 0)):
+                return self.frozen(after, keys, how)
+            pause = max(min(self.interval, need), 0.05)
+            self.sleep(pause)
+            self.freeze.watched += pause
+            newer, moved, ended = self.read_again(after)
+            if ended:
+                return ended
+            if newer.in_flight is None:
+                return self.not_readings(newer)
+            if newer.weight_updates:
+                return self.paused()
+            went = [key for key in keys if moved.get(key)]
+            if went:
+                return self.moved_again(after, newer, went, keys, how)
+            why = _unjudgeable(after, newer, keys)
+            if why:
+                return self.finish('unknown', 'nothing moved for %s, but that cannot be shown: %s'
+                                   % (duration(self._frozen_for(keys, newer)), why))
+            after = newer
+
+    def _frozen_for(self, keys, read):
+        return max(self.freeze.seconds(key, read) or 0.0 for key in keys)
+
+    def moved_again(self, before, after, went, keys, how):
+        """A watched freeze ended: the engine moved. It was a long step (or work the probe queued behind)."""
+        seconds = self._frozen_for(went, before)
+        for key in went:
+            self.freeze.end(key)
+        if after.in_flight:
+            return self.finish('busy', '%s request(s) in flight; the engine moved again after %s without movement '
+                                       '(%s): a long engine step, not a hang' % (
+                                           _count(after.in_flight), duration(seconds), ', '.join(went[:16])))
+        return self.finish('unknown', 'the engine moved again after %s without movement and has nothing in flight '
+                                      'now: %s, not stuck' % (duration(seconds), 'the probe queued behind a long '
+                                                                                 'engine step' if how == 'probe'
+                                                              else 'a long engine step'))
+
+    def _since(self, keys):
+        since = min(self.freeze.current[key]['since'] for key in keys if key in self.freeze.current)
+        return moment(since)
+
+    def frozen(self, after, keys, how):
+        """No movement for less than the limit: no proof of a hang yet, and no movement either."""
+        self.frozen_engines = keys[:readings.MAX_ENGINES]
+        seconds = self._frozen_for(keys, after)
+        which = self._which(after, keys, None)
+        if how == 'probe':
+            what = ('nothing in flight, yet two one-token probes got no answer (each waited %s s) and nothing moved '
+                    'for %s (since the first probe, %s)' % (self.probe_timeout, duration(seconds), self._since(keys)))
         else:
-            which = ''
-        return self.finish('stuck', '%s request(s) in flight and no counter or KV-cache gauge moved across two '
-                                    'waits of %s s%s (/health answered %s, which a hang does not change)'
-                           % (_count(after.in_flight), self.interval, which, health.describe()))
+            what = ('%s request(s) in flight and no counter or KV-cache gauge moved for %s (since %s)%s'
+                    % (_count(after.in_flight), duration(seconds), self._since(keys), which))
+        watched = ', watched %s more' % duration(self.freeze.watched) if self.freeze.watched else ''
+        return self.finish('frozen', '%s%s: not yet proof of a hang, which takes %s without movement (freeze_limit); '
+                                     'one long engine step (a large prefill chunk, a kernel compile) freezes every '
+                                     'series as long' % (what, watched, duration(self.freeze.limit)))
+
+    def _which(self, after, stuck, moved):
+        all_engines = len(stuck) == len(after.engines)
+        if not all_engines:
+            return ' on engine(s) %s%s' % (clip(', '.join(stuck), 120), _others(after, stuck, moved))
+        if len(stuck) > 1:
+            return ' on every engine (%s)' % clip(', '.join(stuck), 120)
+        return ''
+
+    def stuck(self, after, stuck, moved=None, how='work'):
+        self.stuck_engines = stuck[:readings.MAX_ENGINES]
+        seconds = self._frozen_for(stuck, after)
+        if how == 'probe':
+            return self.finish('stuck', 'nothing in flight, yet two one-token probes each waited their full %s s '
+                                        'without an answer and no counter or gauge moved for %s (since the first '
+                                        'probe, %s), past freeze_limit (%s): an idle-looking hang'
+                               % (self.probe_timeout, duration(seconds), self._since(stuck),
+                                  duration(self.freeze.limit)))
+        return self.finish('stuck', '%s request(s) in flight and no counter or KV-cache gauge moved for %s (since %s)%s, '
+                                    'past freeze_limit (%s) (/health answered %s, which a hang does not change)'
+                           % (_count(after.in_flight), duration(seconds), self._since(stuck),
+                              self._which(after, stuck, moved), duration(self.freeze.limit),
+                              self.health.describe() if self.health is not None else 'nothing'))
 
     # -- another process between reads -------------------------------------
 
@@ -581,6 +738,19 @@ class Judge(object):
         return self.finish('unknown', 'reads came from different server processes that alternate (%s): this URL '
                                       'looks like a load balancer; check it with kind=proxy and check its backends '
                                       'directly' % how)
+
+
+def longest_step(reading):
+    """The longest this server has shown, from its histograms (``profile.step_histograms``): per histogram,
+    ``{'above': seconds, 'at_most': seconds or None}`` of its highest observation (the bounds of its bucket)."""
+    if reading is None:
+        return {}
+    out = {}
+    for what, dummy in reading.profile.step_histograms:
+        found = reading.longest(what)
+        if found is not None:
+            out[what] = {'above': found[0], 'at_most': found[1]}
+    return out
 
 
 def _others(after, stuck, moved):

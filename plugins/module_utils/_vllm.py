@@ -48,6 +48,19 @@ WEIGHT_UPDATES = 'vllm:rl_weight_update_operations_in_flight'
 START_TIME = 'process_start_time_seconds'
 # Series only the V0 engine exposes; V0 observes idle zeros into the step histogram.
 V0_ONLY = ('vllm:num_requests_swapped', 'vllm:cpu_cache_usage_perc')
+# Realtime (streaming speech-to-text) WebSocket sessions open (0.33, an API-server gauge, no engine label,
+# vllm/entrypoints/speech_to_text/realtime/metrics.py). A session whose client pauses waits in the scheduler
+# as a deferred request (RequestStatus.WAITING_FOR_STREAMING_REQ) for as long as the pause lasts.
+WEBSOCKETS = 'vllm:websocket_connections_active'
+# How long this server has already taken, by its own histograms (the bucket series, label ``le``): between
+# two tokens of a request (one engine step while it decodes: a long prefill step of another request shows
+# here), a request's whole prefill, and its first token. (name in the evidence, bucket series)
+STEP_HISTOGRAMS = (
+    ('inter_token_latency', 'vllm:inter_token_latency_seconds_bucket'),
+    ('prefill', 'vllm:request_prefill_time_seconds_bucket'),
+    ('first_token', 'vllm:time_to_first_token_seconds_bucket'),
+)
+BUCKET_LABEL = 'le'
 
 # Counters.
 STEPS = 'vllm:iteration_tokens_total_count'
@@ -67,7 +80,7 @@ PROGRESS_COUNTERS = (
     PREEMPTIONS,
     'vllm:estimated_flops_per_gpu_total',
 )
-GAUGES = (RUNNING, WAITING, WAITING_BY_REASON, SLEEP_STATE, WEIGHT_UPDATES) + KV_CACHE
+GAUGES = (RUNNING, WAITING, WAITING_BY_REASON, SLEEP_STATE, WEIGHT_UPDATES, WEBSOCKETS) + KV_CACHE
 # Series whose *_created value tells a new process (with this prefix and suffix).
 CREATED_SUFFIX = '_created'
 
@@ -166,7 +179,7 @@ EngineProfile = namedtuple('EngineProfile', (
     # metrics
     'name', 'prefix', 'running', 'waiting', 'waiting_by_reason', 'kv_cache', 'sleep_state', 'weight_updates',
     'start_time', 'v0_only', 'steps', 'generation', 'prompt', 'success', 'preemptions', 'progress_counters',
-    'gauges', 'created_suffix',
+    'gauges', 'created_suffix', 'websockets', 'step_histograms', 'bucket_label',
     # labels
     'engine_label', 'default_engine', 'model_label', 'reason_label', 'deferred', 'sleep_label', 'awake',
     'finished_label', 'not_completed', 'stall_counters',
@@ -184,6 +197,7 @@ PROFILE = EngineProfile(
     kv_cache=KV_CACHE, sleep_state=SLEEP_STATE, weight_updates=WEIGHT_UPDATES, start_time=START_TIME,
     v0_only=V0_ONLY, steps=STEPS, generation=GENERATION, prompt=PROMPT, success=SUCCESS, preemptions=PREEMPTIONS,
     progress_counters=PROGRESS_COUNTERS, gauges=GAUGES, created_suffix=CREATED_SUFFIX,
+    websockets=WEBSOCKETS, step_histograms=STEP_HISTOGRAMS, bucket_label=BUCKET_LABEL,
     engine_label=ENGINE_LABEL, default_engine=DEFAULT_ENGINE, model_label=MODEL_LABEL, reason_label=REASON_LABEL,
     deferred=DEFERRED, sleep_label=SLEEP_LABEL, awake=AWAKE, finished_label=FINISHED_LABEL,
     not_completed=NOT_COMPLETED, stall_counters=MappingProxyType(dict(STALL_COUNTERS)),

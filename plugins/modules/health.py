@@ -21,8 +21,13 @@ description:
   - The engine "moved" when any engine counter rose (steps, step tokens, prompt and generated tokens, finished requests,
     preemptions, estimated FLOPs) or the KV-cache gauge changed. In vLLM V1 the step counter does not move during a long
     chunked prefill, while the KV-cache gauge does, so a long prefill is V(busy), not V(stuck).
-  - V(stuck) needs evidence. Work in flight and nothing moved across two waits in a row, or an idle-looking engine that
-    got no answer to two probes while nothing moved. A timeout of the module's own request is never enough.
+  - V(stuck) needs evidence. Work in flight and nothing moved, or an idle-looking engine that got no answer to two
+    probes while nothing moved, for at least O(freeze_limit) seconds (300 by default), seen across two waits of this
+    check. A timeout of the module's own request is never enough.
+  - vLLM publishes its metrics only when an engine step returns, so one long step (a large prefill chunk, a kernel
+    compile, a whole prompt with chunked prefill off) freezes every series for as long as it runs. A freeze shorter
+    than O(freeze_limit) is V(frozen), neither V(busy) (nothing moved) nor V(stuck) (no proof yet). With O(state_dir) the
+    freeze is measured across checks; O(freeze_wait) lets one check keep watching it until it reaches the limit.
   - A restart between two reads (new C(process_start_time_seconds); where that is absent, as with C(--api-server-count 2),
     changed C(*_created) values or a counter that went down) is never judged by comparing counters across the two
     processes; the new process is probed instead (V(restarted) or V(starting)). Reads that alternate between two
@@ -171,11 +176,34 @@ options:
   state_dir:
     description:
       - A directory on the host that runs the check where it keeps each server's progress memory between runs
-        (C(<name>.progress.json), a few KB, and a lock beside it), for O(stall_window). Created C(0750) if missing
-        (not in check mode, which also writes nothing); refused if group or others can write it. The
+        (C(<name>.progress.json), a few KB, and a lock beside it), for O(stall_window) and O(freeze_limit). Created
+        C(0750) if missing (not in check mode, which also writes nothing); refused if group or others can write it. The
         P(modelops.vllm.watchdog#role) role passes its own state directory.
-      - Without it the window rule is off, and the evidence (its C(progress)) says so.
+      - Without it the window rule is off, and the evidence (its C(progress)) says so, and a freeze is measured within
+        one check alone.
     type: path
+  freeze_limit:
+    description:
+      - Seconds without any movement (no counter rose, the KV-cache gauge did not change) that prove a hang. A freeze
+        shorter than this is V(frozen), never V(stuck).
+      - vLLM publishes its metrics only when an engine step returns, so a healthy server freezes every series for as
+        long as its longest step. A 16K-token prefill chunk of a dense 70B model on a GB10 takes 10-20 s, a kernel JIT
+        inside a step 30-70 s on Blackwell, a whole prompt with chunked prefill off minutes. vLLM's own stall watchdog
+        and C(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS) wait 300 s; so does the default.
+      - The freeze is counted from the first read that showed work in flight on an engine that has not moved since
+        (or from the first probe sent to an idle-looking one), across checks with O(state_dir), else within this check
+        alone. The result warns when the longest the server has already taken between two tokens
+        (C(vllm:inter_token_latency_seconds)) is not well below it.
+    type: float
+    default: 300
+  freeze_wait:
+    description:
+      - Seconds this check may keep reading a freeze that has not lasted O(freeze_limit) yet, to reach proof in this
+        run (a read every O(interval)). It watches only when the limit can be reached within what is left of it; it
+        stops as soon as the engine moves (V(busy), a long step). V(0) does not watch (a freeze is V(frozen) at once).
+      - It adds to the check's overall deadline. The P(modelops.vllm.watchdog#role) role watches up to the limit.
+    type: float
+    default: 0
   stall_window:
     description:
       - Seconds. An engine is V(stuck) when, across checks, it had work in flight at every read for at least this long,
@@ -193,8 +221,8 @@ notes:
   - Run it on the controller (O(url) pointing at the server, with C(delegate_to) V(localhost)) or on the vLLM host itself
     (O(url) V(http://127.0.0.1:8000)); it only needs HTTP access.
   - One check never takes longer than its overall deadline, 2 x O(interval) + 2 x O(probe_timeout) + 8 x
-    O(metrics_timeout) seconds (150 s with the defaults); what is left of it caps every request, and a check that
-    runs out of it is V(unknown).
+    O(metrics_timeout) + O(freeze_wait) seconds (150 s with the defaults); what is left of it caps every request, and a
+    check that runs out of it is V(unknown).
   - A C(/metrics) that answers slower than O(metrics_timeout) gives V(unknown), never V(stuck).
   - >-
     Before it probes, and before it says V(stuck), it asks C(GET /is_paused) (vLLM's pause API, served with
@@ -264,6 +292,12 @@ EXAMPLES = r'''
   modelops.vllm.health:
     results_file: "{{ job.results_file }}"
 
+- name: Watch a freeze until it is proof of a hang (or the engine moves), up to the limit
+  modelops.vllm.health:
+    url: http://127.0.0.1:8000
+    freeze_limit: 300
+    freeze_wait: 300
+
 - name: Fail when a server is stuck
   modelops.vllm.health:
     url: http://127.0.0.1:8000
@@ -277,8 +311,11 @@ state:
     - The verdict.
     - V(idle) nothing in flight and a one-token probe answered.
     - V(busy) work in flight and the engine moved between two reads; no probe was sent.
-    - V(stuck) work in flight and nothing moved across two waits in a row; or an idle-looking engine that got no answer
-      to two probes while nothing moved; or, with O(stall_window), an engine busy doing nothing useful for that long.
+    - V(stuck) work in flight and nothing moved for at least O(freeze_limit) (and across two waits of this check); or an
+      idle-looking engine that got no answer to two probes while nothing moved for that long; or, with O(stall_window),
+      an engine busy doing nothing useful for that long.
+    - V(frozen) work in flight (or two probes unanswered) and nothing moved, for less than O(freeze_limit) so far, as
+      one long engine step looks too. Not proof of a hang, never restarted; RV(frozen_for) says how long.
     - V(restarted) the serving process changed between reads; counters were not compared; the new process answered
       a probe (or already has work in flight).
     - V(starting) the process changed between reads and the new one does not answer yet.
@@ -406,6 +443,32 @@ stuck_engines:
   type: list
   elements: str
   sample: []
+frozen_for:
+  description:
+    - With V(frozen) or V(stuck), how long the engine has shown no movement at all, seconds (the longest of the engines
+      found frozen); null otherwise.
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
+  type: float
+  sample: 12.0
+longest_step:
+  description:
+    - The longest this server has already taken, from its own histograms (since it started), as the bounds of the
+      highest bucket with an observation. C(inter_token_latency) between two tokens of a request (one engine step while
+      it decodes; a long prefill step of another request shows here), C(prefill) a request's whole prefill, and
+      C(first_token) a request's time to its first token, each C({above, at_most}) in seconds (C(at_most) null past the
+      last bucket). Only the histograms the server reports.
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
+  type: dict
+  sample: {"inter_token_latency": {"above": 40.0, "at_most": 80.0}}
+warnings:
+  description:
+    - Configuration warnings of this check, for example a O(freeze_limit) that is not well above the longest this
+      server has taken between two tokens (at least the top of that bucket, and twice its bottom). The module also
+      shows them as Ansible warnings.
+  returned: when O(url) is given (each item of RV(servers) has the same keys)
+  type: list
+  elements: str
+  sample: []
 evidence:
   description:
     - The raw evidence. For a backend, C(reads) (each read's time, duration, start time, running, waiting, KV cache,
@@ -413,8 +476,9 @@ evidence:
       C(problems)), C(moved) (per wait, per engine, what rose and by how much), C(probes), C(health) (the C(/health)
       answer, when asked), C(is_paused) (each C(/is_paused) answer), C(progress) (the window rule, C(window), and
       C(off) with why it is off, or per engine the C(since) and C(seconds) of its streak without useful progress and
-      what C(activity) grew in it), C(interval), C(deadline) (the check's overall time limit, seconds), C(idle_ticks)
-      and C(notes).
+      what C(activity) grew in it), C(freeze) (C(limit), C(wait), C(watched) seconds, C(memory) whether it was kept
+      across checks, and per frozen engine C(since), C(seconds) and C(remembered)), C(interval), C(deadline) (the
+      check's overall time limit, seconds), C(idle_ticks) and C(notes).
     - For a proxy, C(models_answer) and C(seconds).
   returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: dict
@@ -469,6 +533,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SE
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, connection_args
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
+from ansible_collections.modelops.vllm.plugins.module_utils._freeze import DEFAULT_LIMIT, LIMIT_LIMITS, WAIT_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
 from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
@@ -478,7 +543,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHEC
 
 # option: (smallest, largest, smallest allowed itself): every number is finite and in range.
 LIMITS = dict(CHECK_LIMITS, metrics_max_bytes=(1024, 64 * 1024 * 1024, True), workers=(1, 4096, True),
-              stall_window=WINDOW_LIMITS)
+              stall_window=WINDOW_LIMITS, freeze_limit=LIMIT_LIMITS, freeze_wait=WAIT_LIMITS)
 
 
 def invalid_settings(params):
@@ -503,6 +568,9 @@ def collect(module):
         module.fail_json(msg='the background check failed: %s' % str(result.get('msg') or 'no verdicts')[:1000])
     states = dict((r.get('name'), r.get('state')) for r in servers)
     facts = {'vllm_health_servers': dict((r.get('name'), r) for r in servers)}
+    for server in servers:
+        for warning in (server.get('warnings') if isinstance(server, dict) else None) or []:
+            module.warn('%s: %s' % (server.get('name'), warning))
     if result.get('failed'):
         module.fail_json(msg=str(result.get('msg'))[:1000], servers=servers, states=states)
     module.exit_json(changed=False, servers=servers, states=states, ansible_facts=facts)
@@ -535,6 +603,8 @@ def main():
             background_dir=dict(type='path'),
             state_dir=dict(type='path'),
             stall_window=dict(type='float', default=0),
+            freeze_limit=dict(type='float', default=DEFAULT_LIMIT),
+            freeze_wait=dict(type='float', default=0),
         ),
         required_one_of=[('url', 'servers', 'results_file')],
         mutually_exclusive=[('url', 'servers', 'results_file'), ('url', 'background_dir'),
@@ -585,6 +655,8 @@ def check_url(module, spec, fail):
     result = check_one(spec)
     if result['error']:
         fail(result['error'], url=result['url'], line=result['line'])
+    for warning in result.get('warnings') or []:
+        module.warn('%s: %s' % (result['name'], warning))
     # The verdict once as the result and once as the fact: -v shows each of them once.
     module.exit_json(changed=False, ansible_facts={'vllm_health': result}, **result)
 
@@ -592,6 +664,9 @@ def check_url(module, spec, fail):
 def check_servers(module, specs, secrets):
     """O(servers): every server at once, O(workers) at a time."""
     result = servers_result(check_many(specs, workers=module.params['workers']), secrets)
+    for server in result['servers']:
+        for warning in server.get('warnings') or []:
+            module.warn('%s: %s' % (server.get('name'), warning))
     if result.get('failed'):
         module.fail_json(**result)
     module.exit_json(**result)
@@ -607,7 +682,8 @@ def start_in_background(module, specs, secrets, fail):
     # The collection's own code the check runs is loaded (the imports above) before the fork: Ansible
     # removes the module's files as soon as this run returns. requests, installed on the host, is
     # imported by the check itself.
-    limit = check_deadline(params['interval'], params['probe_timeout'], params['metrics_timeout']) + 60
+    limit = check_deadline(params['interval'], params['probe_timeout'], params['metrics_timeout'],
+                           params['freeze_wait']) + 60
     try:
         # Check mode creates nothing: a missing directory is not created (a temporary one, removed
         # with the file when it is collected, takes its place).

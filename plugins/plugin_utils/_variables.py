@@ -53,6 +53,8 @@ CONVENTIONS = {
     'vllm_check_interval': ({'type': 'float'}, 'check'),
     'vllm_check_probe_timeout': ({'type': 'float'}, 'check'),
     'vllm_check_metrics_timeout': ({'type': 'float'}, 'check'),
+    'vllm_check_freeze_limit': ({'type': 'float'}, 'check'),
+    'vllm_check_freeze_wait': ({'type': 'float'}, 'check'),
     'vllm_check_workers': ({'type': 'int'}, 'check'),
     'vllm_check_background_dir': ({'type': 'str'}, 'check'),
     'vllm_check_fail_states': ({'type': 'list', 'elements': 'str'}, 'check'),

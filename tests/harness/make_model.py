@@ -11,8 +11,10 @@ generated English-ish text (one token per word/punctuation mark, so long prompts
 size) and a chat template. Cached: a finished build writes a marker and is skipped next time.
 Prints the model directory on the last line of stdout.
 
-Model: hidden 64, 2 layers, 2 attention heads of size 32 (vLLM's CPU attention backend rejects
-head sizes under 32), 2 KV heads, intermediate 128, vocab = the trained tokenizer's size.
+Model: hidden 64, 2 layers (``--layers``: more make every engine step longer, for a long single step
+on cue), 2 attention heads of size 32 (vLLM's CPU attention backend rejects head sizes under 32), 2 KV
+heads, intermediate 128, vocab = the trained tokenizer's size. A model with other than 2 layers is
+``tiny-<maxpos>-l<layers>``.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ def build_tokenizer():
     return fast
 
 
-def build(out: Path, max_pos: int, seed: int = 0) -> Path:
+def build(out: Path, max_pos: int, seed: int = 0, layers: int = 2) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -88,7 +90,7 @@ def build(out: Path, max_pos: int, seed: int = 0) -> Path:
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         num_key_value_heads=2,
         head_dim=32,
@@ -117,7 +119,7 @@ def build(out: Path, max_pos: int, seed: int = 0) -> Path:
     cfg_path.write_text(json.dumps(cfg, indent=2))
     (tmp / MARKER).write_text(json.dumps({
         "build_version": BUILD_VERSION, "corpus": CORPUS_DIGEST,
-        "max_position_embeddings": max_pos,
+        "max_position_embeddings": max_pos, "layers": layers,
         "vocab_size": len(tokenizer), "seconds": round(time.monotonic() - t0, 2)}))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -137,10 +139,13 @@ def is_built(out: Path) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-pos", type=int, default=32768, help="max_position_embeddings")
-    ap.add_argument("--out", type=Path, default=None, help="default: $CACHE/models/tiny-<maxpos>")
+    ap.add_argument("--layers", type=int, default=2, help="num_hidden_layers (default 2)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: $CACHE/models/tiny-<maxpos> (tiny-<maxpos>-l<layers> for other than 2 layers)")
     ap.add_argument("--force", action="store_true", help="rebuild even if cached")
     args = ap.parse_args(argv)
-    out = args.out or default_cache() / "models" / f"tiny-{args.max_pos}"
+    suffix = "" if args.layers == 2 else f"-l{args.layers}"
+    out = args.out or default_cache() / "models" / f"tiny-{args.max_pos}{suffix}"
     if not args.force and is_built(out):
         print(f"[make_model] cached: {out}", file=sys.stderr)
     else:
@@ -148,7 +153,7 @@ def main(argv=None) -> int:
         with open(out.parent / f".{out.name}.lock", "w", encoding="utf-8") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time (parallel test sessions)
             if args.force or not is_built(out):
-                build(out, args.max_pos)
+                build(out, args.max_pos, layers=args.layers)
             else:
                 print(f"[make_model] cached (built meanwhile): {out}", file=sys.stderr)
     print(out)

@@ -70,8 +70,8 @@ def venv_python() -> Path:
     return venv_dir() / "bin" / "python"
 
 
-def model_dir(max_pos: int = 32768) -> Path:
-    return cache_dir() / "models" / f"tiny-{max_pos}"
+def model_dir(max_pos: int = 32768, layers: int = 2) -> Path:
+    return cache_dir() / "models" / (f"tiny-{max_pos}" if layers == 2 else f"tiny-{max_pos}-l{layers}")
 
 
 _default_model_dir = model_dir
@@ -105,11 +105,12 @@ def ensure_installed(timeout: float = 1800) -> Path:
     return py
 
 
-def ensure_model(max_pos: int = 32768, timeout: float = 600) -> Path:
-    """Build (or find cached) ``tiny-<max_pos>``; return its directory."""
-    out = _run_step([str(venv_python()), str(MAKE_MODEL), "--max-pos", str(max_pos)],
-                    f"model build (tests/harness/make_model.py --max-pos {max_pos})", timeout)
-    path = Path(out) if out else model_dir(max_pos)
+def ensure_model(max_pos: int = 32768, timeout: float = 600, layers: int = 2) -> Path:
+    """Build (or find cached) ``tiny-<max_pos>`` (``-l<layers>`` for other than 2); return its directory."""
+    args = ["--max-pos", str(max_pos)] + ([] if layers == 2 else ["--layers", str(layers)])
+    out = _run_step([str(venv_python()), str(MAKE_MODEL), *args],
+                    f"model build (tests/harness/make_model.py {' '.join(args)})", timeout)
+    path = Path(out) if out else model_dir(max_pos, layers)
     if not (path / "config.json").exists():
         raise HarnessError(f"model build finished but {path}/config.json does not exist")
     return path

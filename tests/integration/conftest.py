@@ -88,10 +88,11 @@ def vllm_env():
     install_seconds = time.monotonic() - t0
     models = {}
 
-    def model(max_pos: int = 32768) -> Path:
-        if max_pos not in models:
-            models[max_pos] = harness.ensure_model(max_pos)
-        return models[max_pos]
+    def model(max_pos: int = 32768, layers: int = 2) -> Path:
+        key = max_pos if layers == 2 else (max_pos, layers)
+        if key not in models:
+            models[key] = harness.ensure_model(max_pos, layers=layers)
+        return models[key]
 
     model(32768)
     return SimpleNamespace(python=python, models=models, model=model,
@@ -103,7 +104,8 @@ class ServerFactory:
 
     Keyword arguments are those of :class:`VllmServer` (``max_model_len``, ``extra_args``,
     ``env``, ``api_key``, ``api_server_count``, ...) plus ``max_pos`` (which tiny model to
-    serve: defaults to 65536 when ``max_model_len`` > 32768, else 32768) and ``start``
+    serve: defaults to 65536 when ``max_model_len`` > 32768, else 32768), ``layers`` (the model's
+    layers: more make every engine step longer; default 2) and ``start``
     (default True).
     """
 
@@ -113,7 +115,7 @@ class ServerFactory:
         self._label = label
         self.servers: list = []
 
-    def __call__(self, max_model_len: int = 32768, *, max_pos=None, start: bool = True,
+    def __call__(self, max_model_len: int = 32768, *, max_pos=None, layers: int = 2, start: bool = True,
                  **kwargs) -> harness.VllmServer:
         live = [s for s in harness._LIVE if s.is_running()]  # pylint: disable=protected-access
         if start and len(live) >= MAX_LIVE_SERVERS:
@@ -122,7 +124,7 @@ class ServerFactory:
         if max_pos is None:
             max_pos = 65536 if max_model_len > 32768 else 32768
         fixed_port = kwargs.pop("port", None)
-        model = self._env.model(max_pos)
+        model = self._env.model(max_pos, layers)
         for _try in range(PORT_LAST - PORT_FIRST + 1):
             port = fixed_port or self._env.ports.take()
             srv = harness.VllmServer(

@@ -141,7 +141,8 @@ class TestPauseApi:
             try:
                 time.sleep(1)
                 started = time.monotonic()
-                result, run = health({"url": dev_server.url, "interval": 2, "metrics_timeout": 5})
+                # freeze_limit 4: the two waits are the proof (the default, 300 s, is test_long_step.py's).
+                result, run = health({"url": dev_server.url, "interval": 2, "metrics_timeout": 5, "freeze_limit": 4})
                 seconds = time.monotonic() - started
             finally:
                 dev_server.resume()

@@ -4,10 +4,10 @@ the simulator, watched by the role through ``ansible-playbook`` run after run as
 
 The invariants, for a stall window of WINDOW seconds:
 
-- a hang is restarted exactly once, within the window plus two runs of its start (the idle-looking
-  ones within two runs: they need no window);
-- a healthy look-alike (decode starvation shorter than the window, a long prefill, a pause, a weight
-  transfer) is never restarted, however many runs watch it, and gets only the verdicts it may get;
+- a hang is restarted exactly once, within the window plus two runs of its start (the frozen ones
+  within the freeze limit plus two runs, and never before the freeze limit: they need no window);
+- a healthy look-alike (decode starvation shorter than the window, a long prefill, one long engine step after
+  another, a pause, a weight transfer) is never restarted, however many runs watch it, and gets only the verdicts it may get;
 - a server with work in flight is never probed;
 - a pause that lasts past ``vllm_watchdog_paused_limit`` asks a human, still without a restart.
 """
@@ -23,8 +23,8 @@ PORT_RANGE = span("field")
 WINDOW = 20.0
 SETTINGS = dict(field.SCALED, vllm_watchdog_paused_limit=2 * WINDOW)
 # Work in flight at the start: the check must never probe these.
-IN_FLIGHT = ("deadlock", "reprefill", "reprefill-uncounted", "starved", "prefill", "dead-engine", "stranded",
-             "paused", "weights")
+IN_FLIGHT = ("deadlock", "reprefill", "reprefill-uncounted", "starved", "prefill", "long-step", "dead-engine",
+             "stranded", "paused", "weights")
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,12 @@ def test_a_hang_is_restarted_once_within_the_window_plus_two_runs(corpus, sig):
     started = corpus.started[sig.host]
     every, longest = spacing(corpus)
     caught = restarts[0]["time"] - started
-    needs = 0.0 if sig.verdicts == () else WINDOW
+    frozen = sig.verdicts == ()
+    needs = field.FREEZE if frozen else WINDOW
     assert caught <= needs + 2 * every + longest, (sig.source, caught, every, timeline(corpus, sig.host))
+    if frozen:
+        # Never before the freeze has lasted the limit: nothing earlier is proof.
+        assert caught >= field.FREEZE, (sig.source, caught, timeline(corpus, sig.host))
     line = None
     for dummy, dummy2, result in timeline(corpus, sig.host):
         assert result is not None, sig.host

@@ -41,7 +41,10 @@ from tests.support import hostile as h
 
 # Small settings: every case that allows it runs with these.
 INTERVAL, PROBE_TIMEOUT, METRICS_TIMEOUT = 0.5, 2.0, 2.0
-FAST = {'interval': INTERVAL, 'probe_timeout': PROBE_TIMEOUT, 'metrics_timeout': METRICS_TIMEOUT}
+# freeze_limit 2 x interval: a genuine hang is proven by one check's two waits, so the invariant "never stuck
+# without evidence" is tried where stuck is reachable at all (the default limit, 300 s, would hide it).
+FAST = {'interval': INTERVAL, 'probe_timeout': PROBE_TIMEOUT, 'metrics_timeout': METRICS_TIMEOUT,
+        'freeze_limit': 2 * INTERVAL}
 STARTUP = 15.0  # Ansible and Python start-up, on top of a check's own deadline
 MAX_RESULT = 1024 * 1024
 

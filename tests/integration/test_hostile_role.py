@@ -45,6 +45,7 @@ PORT_RANGE = span("hostile")  # the module's simulator (the sim fixture)
 
 FAST = {
     'vllm_watchdog_interval': 0.5,
+    'vllm_watchdog_freeze_limit': 1,  # proof within a run's two waits (the default limit is test_long_step.py's)
     'vllm_watchdog_probe_timeout': 2,
     'vllm_watchdog_metrics_timeout': 2,
     'vllm_watchdog_ready_delay': 1,

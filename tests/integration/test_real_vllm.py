@@ -289,7 +289,9 @@ class TestDefaultServer:
             default_server.hang()
             try:
                 before = inference_requests(default_server)
-                result, run = health({"url": default_server.url, "api_key": API_KEY, "interval": 2})
+                # freeze_limit 4: the two waits are the proof (the default, 300 s, is test_long_step.py's).
+                result, run = health({"url": default_server.url, "api_key": API_KEY, "interval": 2,
+                                      "freeze_limit": 4})
                 after = inference_requests(default_server)
             finally:
                 default_server.resume()
@@ -305,7 +307,7 @@ class TestDefaultServer:
         default_server.hang()
         try:
             result, run = health({"url": default_server.url, "api_key": API_KEY, "interval": 1,
-                                  "probe_timeout": 3})
+                                  "probe_timeout": 3, "freeze_limit": 2})
         finally:
             default_server.resume()
         assert result["state"] == "stuck", result["reason"]

@@ -201,7 +201,7 @@ def test_a_typo_over_ssh_is_named_check_mode_leaves_nothing_and_no_group_is_red(
     temp_before = check_dirs()
     run = ansible_run.run_playbook(WATCHDOG_PLAY, inventory=path, workdir=str(tmp_path / "run"), args=[
         "--check", "-f", "5", "-e", "vllm_watchdog_become=false", "-e", "vllm_watchdog_interval=1",
-        "-e", "vllm_watchdog_state_dir=%s/{{ inventory_hostname }}" % state,
+        "-e", "vllm_watchdog_freeze_limit=2", "-e", "vllm_watchdog_state_dir=%s/{{ inventory_hostname }}" % state,
         "-e", "vllm_watchdog_restart_methd=docker"])
     said = run.stderr
     # Named once each (not once per host), with the host that has it and the closest known name.
@@ -315,6 +315,7 @@ def test_a_misspelt_vllm_url_over_ssh_restarts_nothing_and_the_look_alikes_are_r
     env = dict(standins.env(), PATH=standins_path())
     extra = dict((host, {"vllm_watchdog_service": "vllm-" + host, "vllm_watchdog_state_dir": str(tmp_path / host),
                          "vllm_watchdog_kernel_log": "", "vllm_watchdog_interval": 1,
+                         "vllm_watchdog_freeze_limit": 2,
                          "vllm_watchdog_probe_timeout": 4, "vllm_watchdog_ready_delay": 1,
                          "vllm_watchdog_ready_timeout": 60}) for host in fleet.hosts)
     inventory = json.loads(open(fleet.inventory(str(tmp_path / "inventory.json"), extra_host_vars=extra)).read())

@@ -62,6 +62,9 @@ WATCHDOG_PLAY = """
 # Short waits; the check reads /metrics three times, `interval` apart, to call a server stuck.
 FAST = {
     'vllm_watchdog_interval': 1,
+    # Proof of a hang within a run's own two waits: these tests are about what the role does with the verdict;
+    # how long proof takes by default (300 s) is test_long_step.py's and tests/unit test_freeze.py's.
+    'vllm_watchdog_freeze_limit': 2,
     'vllm_watchdog_probe_timeout': 5,
     'vllm_watchdog_metrics_timeout': 5,
     'vllm_watchdog_ready_delay': 1,
@@ -420,12 +423,16 @@ def test_command_method_restarts_a_real_hung_vllm_once(vllm_server, tmp_path):
             vllm_watchdog_py_spy=os.path.join(BIN, 'py-spy'),
             # vLLM's own process_start_time_seconds says it started a minute or two ago: a grace of 20 s
             # has passed (the default 900 s would rightly keep the watchdog away from it).
-            vllm_watchdog_startup_grace=20))
+            vllm_watchdog_startup_grace=20,
+            # A real freeze limit (FAST's 2 s is the two waits): the run that finds the hang watches it until it
+            # has lasted 20 s (vllm_watchdog_freeze_wait defaults to the limit), then restarts. Never before.
+            vllm_watchdog_freeze_limit=20))
 
         run = run_playbook(WATCHDOG_PLAY, inventory=inventory, workdir=str(tmp_path / 'run'), timeout=600)
         assert run.rc == 0, run
         result = run.outputs['gb10-real.json'][0]
         assert result['state'] == 'stuck', result
+        assert 'past freeze_limit (20s)' in result['reason'], result
         assert result['action'] == 'restarted', result
         assert result['after'] == 'idle', result  # waited until ready, then checked again
 
@@ -443,6 +450,7 @@ def test_command_method_restarts_a_real_hung_vllm_once(vllm_server, tmp_path):
         with open(evidence[0]) as handle:
             kept = json.load(handle)
         assert kept['verdict']['state'] == 'stuck' and kept['service']['running'] is True
+        assert kept['verdict']['frozen_for'] >= 20, kept['verdict']  # no movement for the whole limit
         # The server's own log, as the logs command printed it (its last lines, in order). Not a search for a word:
         # which lines of vLLM's log are last when the hang is seen varies (route listings name no 'vllm').
         assert len(control.served_logs) == 1 and control.served_logs[0], control.served_logs

@@ -70,6 +70,7 @@ SHORT = {
 # The watchdog's check with short waits (it reads /metrics three times, `interval` apart).
 FAST = {
     "vllm_watchdog_interval": 1,
+    "vllm_watchdog_freeze_limit": 2,  # proof within a run's two waits (the default limit is test_long_step.py's)
     "vllm_watchdog_probe_timeout": 5,
     "vllm_watchdog_metrics_timeout": 5,
     "vllm_watchdog_ready_delay": 1,

@@ -19,9 +19,14 @@ from tests.support.ansible_run import run_playbook
 from tests.support.standins import Standins
 
 LONG = 10 ** 8  # max_tokens: decoding for ever at the simulator's step rates
-# The role's settings for a scaled schedule: short waits and timeouts (a check takes seconds).
+# The freeze limit of the scaled schedule: no movement for this long proves a hang (the default is 300 s; scaled like
+# the window, 1200 s -> 20 s, it would be 5 s; a little more, so that a run's two waits alone never reach it).
+FREEZE = 6.0
+# The role's settings for a scaled schedule: short waits and timeouts (a check takes seconds). The run that finds a
+# freeze watches it up to the limit (the role's default freeze_wait).
 SCALED = {
     "vllm_watchdog_interval": 1,
+    "vllm_watchdog_freeze_limit": FREEZE,
     "vllm_watchdog_probe_timeout": 3,
     "vllm_watchdog_metrics_timeout": 3,
     "vllm_watchdog_ready_delay": 1,
@@ -76,6 +81,26 @@ def _starved(sim, sid, window):
             except Exception:  # noqa: BLE001 - the simulator is going away
                 return
             sim_stopped.wait(window * 0.6)
+    thread = threading.Thread(target=again, daemon=True)
+    thread.start()
+
+
+def _long_step(sim, sid, window):
+    # One long engine step after another (a large prefill chunk, a kernel compile; docs/vllm-facts.md measured 66-81 s
+    # on real vLLM): every series frozen with work in flight for half the freeze limit, then everything moves again.
+    _load(sim, sid, concurrency=1)
+    sim.wait_for(sid, lambda s: s["totals"]["generation_tokens"] > 0)
+
+    def again():
+        while not sim_stopped.is_set():
+            try:
+                sim.set_state(sid, "hang")
+                if sim_stopped.wait(FREEZE * 0.5):
+                    return
+                sim.set_state(sid, "resume")
+            except Exception:  # noqa: BLE001 - the simulator is going away
+                return
+            sim_stopped.wait(1.5)
     thread = threading.Thread(target=again, daemon=True)
     thread.start()
 
@@ -144,6 +169,9 @@ SIGNATURES = [
               _starved, False, ("busy",), {"max_num_seqs": 4, "step_rate": 50}),
     Signature("prefill", "docs/vllm-facts.md", "one very long chunked prefill: only the KV cache moves",
               _prefill, False, ("busy",)),
+    Signature("long-step", "docs/vllm-facts.md (a long engine step)",
+              "one long engine step after another: every series frozen for half the freeze limit, then it moves",
+              _long_step, False, ("busy", "frozen")),
     Signature("idle-hang", "vllm#46811", "gauges frozen at running 0: it looks idle and a probe hangs",
               _hang_idle, True, ()),
     Signature("unscheduled", "vllm#51921", "requests never reach the scheduler; only http_requests_total moves",

@@ -28,6 +28,8 @@ MAPPING = [
     ('vllm_rollout_interval', 'vllm_watchdog_interval', None, 5),
     ('vllm_rollout_probe_timeout', 'vllm_watchdog_probe_timeout', None, 30),
     ('vllm_rollout_metrics_timeout', 'vllm_watchdog_metrics_timeout', None, 10),
+    ('vllm_rollout_freeze_limit', 'vllm_watchdog_freeze_limit', None, 300),
+    ('vllm_rollout_freeze_wait', 'vllm_watchdog_freeze_wait', None, 300),
     ('vllm_rollout_state_dir', 'vllm_watchdog_state_dir', None, '/var/lib/vllm-watchdog'),
     ('vllm_rollout_watchdog_name', 'vllm_watchdog_name', None, 'vllm'),
     ('vllm_rollout_lock_timeout', 'vllm_watchdog_lock_timeout', None, 60),

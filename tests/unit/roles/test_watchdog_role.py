@@ -28,12 +28,14 @@ def test_every_default_is_documented_with_the_same_value_and_every_option_has_a_
         assert spec.get('description'), name
 
 
-@pytest.mark.parametrize('interval, probe, metrics', [(5, 30, 10), (1, 5, 5), (0.5, 2, 2), (2.5, 7.5, 1.25)])
-def test_the_async_budget_is_the_check_s_own_deadline_plus_start_up(interval, probe, metrics):
+@pytest.mark.parametrize('interval, probe, metrics, wait', [(5, 30, 10, 300), (1, 5, 5, 0), (0.5, 2, 2, 20),
+                                                            (2.5, 7.5, 1.25, 0.5)])
+def test_the_async_budget_is_the_check_s_own_deadline_plus_start_up(interval, probe, metrics, wait):
     expression = load('vars', 'main.yml')['_vllm_watchdog_check_budget']
     environment = jinja2.Environment()
     environment.filters['modelops.vllm.check_budget'] = check_budget  # the collection's filter, as Ansible names it
     budget = int(environment.from_string(expression).render(
-        vllm_watchdog_interval=interval, vllm_watchdog_probe_timeout=probe, vllm_watchdog_metrics_timeout=metrics))
-    deadline = check_deadline(interval, probe, metrics)
+        vllm_watchdog_interval=interval, vllm_watchdog_probe_timeout=probe, vllm_watchdog_metrics_timeout=metrics,
+        vllm_watchdog_freeze_wait=wait))
+    deadline = check_deadline(interval, probe, metrics, wait)
     assert deadline + 30 <= budget < deadline + 31

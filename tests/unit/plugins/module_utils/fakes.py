@@ -3,9 +3,24 @@
 import json
 import os
 
+from ansible_collections.modelops.vllm.plugins.module_utils._freeze import Freeze
 from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
 
 from tests.support.paths import FIXTURES
+
+
+def timed(server, clock):
+    """The server's probes take time on this clock (a FakeServer's ``clock``)."""
+    if getattr(server, 'clock', False) is None:
+        server.clock = clock
+    return server
+
+
+def two_waits():
+    """A freeze limit that this check's own two waits reach (1 s): the rule within one check, as it was before
+    freeze_limit. The verdict table's rows are about what one check sees; the limit itself (300 s by default,
+    across checks) is tested in test_freeze.py."""
+    return Freeze(limit=1.0)
 
 
 def capture(name):
@@ -136,6 +151,9 @@ class FakeServer(object):
             'models': Script(models),
         }
         self.log = []
+        # With a clock (the judge helpers set theirs), a probe takes the time its answer says it took: a probe
+        # that got no answer waited its whole timeout.
+        self.clock = None
 
     def _answer(self, what):
         self.log.append(what)
@@ -158,7 +176,10 @@ class FakeServer(object):
 
     def probe(self, model):
         self.log.append('probe:%s' % model)
-        return self.script['probe'].next()
+        answer = self.script['probe'].next()
+        if self.clock is not None and answer.seconds:
+            self.clock.now += answer.seconds
+        return answer
 
     def count(self, what):
         return sum(1 for entry in self.log if entry.split(':')[0] == what)

@@ -31,6 +31,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _decide, _rea
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError, parse
 from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge
+from ansible_collections.modelops.vllm.plugins.module_utils._freeze import Freeze
 
 from tests.support import hostile as h
 
@@ -417,8 +418,10 @@ def idle_evidence(served, probe_log, probe_timeout):
 
 
 def _judge(server, clock, interval, probe_timeout, metrics_timeout):
+    # A freeze limit that the check's own two waits reach (1 s, as fakes.two_waits): these properties are about what
+    # one check sees; test_freeze.py has the limit across checks.
     kwargs = dict(interval=interval, sleep=clock.sleep, clock=clock, probe_timeout=probe_timeout,
-                  metrics_timeout=metrics_timeout)
+                  metrics_timeout=metrics_timeout, freeze=Freeze(limit=1.0))
     accepted = inspect.signature(Judge.__init__).parameters
     if 'monotonic' in accepted:
         kwargs['monotonic'] = clock

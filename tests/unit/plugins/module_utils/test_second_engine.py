@@ -22,6 +22,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judg
 from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE, EngineProfile, engine_is_dead
 
 from fakes import (
+    timed,
+    two_waits,
     HEALTH_OK,
     MODELS,
     NO_ANSWER,
@@ -108,6 +110,8 @@ FAKE = EngineProfile(
                        'fake:input_tokens_total', 'fake:requests_finished_total', 'fake:preemptions_total',
                        'fake:flops_total'),
     gauges=tuple(series(n) for n in PROFILE.gauges), created_suffix='_created',
+    websockets=series(PROFILE.websockets),
+    step_histograms=tuple((what, series(name)) for what, name in PROFILE.step_histograms), bucket_label='le',
     engine_label='dp_rank', default_engine='0', model_label='served_model', reason_label='why', deferred='parked',
     sleep_label='mode', awake='up', finished_label='end', not_completed=('cancelled', 'failed'),
     stall_counters=MappingProxyType({'generation': 'fake:output_tokens_total', 'steps': 'fake:step_tokens_count',
@@ -160,7 +164,7 @@ def fake_server(metrics, probe=None, health=HEALTH_OK, version=VERSION, models=M
 
 _SERIES_FIELDS = ('running', 'waiting', 'waiting_by_reason', 'kv_cache', 'sleep_state', 'weight_updates',
                   'start_time', 'v0_only', 'steps', 'generation', 'prompt', 'success', 'preemptions',
-                  'progress_counters', 'gauges')
+                  'progress_counters', 'gauges', 'websockets', 'step_histograms')
 _WORDS = ('no_start_time_hint', 'no_metrics_hint', 'pause_proof', 'title', 'prefix')
 
 
@@ -169,6 +173,8 @@ def _placeholders(profile):
     names = {}
     for field in _SERIES_FIELDS:
         value = getattr(profile, field)
+        if field == 'step_histograms':
+            value = tuple(name for dummy, name in value)
         for i, name in enumerate(value if isinstance(value, tuple) else (value,)):
             names.setdefault(name, '<%s.%d>' % (field, i))
     out = dict(names)
@@ -203,8 +209,8 @@ def normal(value, marks):
 
 def judge(server, profile, window=None):
     clock = Clock()
-    kwargs = {} if profile is None else {'profile': profile}
-    return Judge(server, interval=5.0, sleep=clock.sleep, clock=clock, probe_timeout=30.0, metrics_timeout=10.0,
+    kwargs = {'freeze': two_waits()} if profile is None else {'profile': profile, 'freeze': two_waits()}
+    return Judge(timed(server, clock), interval=5.0, sleep=clock.sleep, clock=clock, probe_timeout=30.0, metrics_timeout=10.0,
                  window=window, **kwargs).run()
 
 
@@ -282,8 +288,10 @@ def test_the_fake_fixtures_carry_none_of_vllm_s_names():
 def test_the_fake_profile_shares_no_series_label_endpoint_or_word_with_vllm_s():
     for field in EngineProfile._fields:
         mine, theirs = getattr(FAKE, field), getattr(PROFILE, field)
-        if field in ('default_engine', 'created_suffix', 'models_path', 'probe_paths', 'engine_is_dead'):
-            continue  # an engine label value, Prometheus' convention, the OpenAI API, /health's statuses
+        if field in ('default_engine', 'created_suffix', 'models_path', 'probe_paths', 'engine_is_dead', 'bucket_label'):
+            continue  # an engine label value, Prometheus' conventions, the OpenAI API, /health's statuses
+        if field == 'step_histograms':
+            mine, theirs = tuple(n for dummy, n in mine), tuple(n for dummy, n in theirs)
         assert mine != theirs, field
         if isinstance(theirs, tuple):
             assert not set(mine) & set(theirs), field

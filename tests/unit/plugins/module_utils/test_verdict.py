@@ -13,6 +13,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._verdict import (
 from ansible_collections.modelops.vllm.plugins.module_utils._vllm import parse_version
 
 from fakes import (
+    timed,
+    two_waits,
     HEALTH_OK,
     MODELS,
     NO_ANSWER,
@@ -28,7 +30,8 @@ from fakes import (
 
 def judge(server, interval=5.0, **kwargs):
     clock = Clock()
-    result = Judge(server, interval=interval, sleep=clock.sleep, clock=clock, probe_timeout=30.0,
+    kwargs.setdefault('freeze', two_waits())
+    result = Judge(timed(server, clock), interval=interval, sleep=clock.sleep, clock=clock, probe_timeout=30.0,
                    metrics_timeout=10.0, **kwargs).run()
     result['_sleeps'] = clock.sleeps
     return result

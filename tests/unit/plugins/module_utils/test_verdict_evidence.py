@@ -9,14 +9,15 @@ import pytest
 from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge, check_deadline
 
-from fakes import NO_ANSWER, Clock, FakeServer, capture, completion, engine, expo
+from fakes import NO_ANSWER, Clock, FakeServer, capture, completion, engine, expo, timed, two_waits
 
 KV_LINE = 'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.01'
 
 
 def judge(server, interval=5.0, deadline=None, clock=None, **kwargs):
     clock = clock or Clock()
-    return Judge(server, interval=interval, sleep=clock.sleep, clock=clock, probe_timeout=30.0,
+    kwargs.setdefault('freeze', two_waits())
+    return Judge(timed(server, clock), interval=interval, sleep=clock.sleep, clock=clock, probe_timeout=30.0,
                  metrics_timeout=10.0, deadline=deadline, **kwargs).run()
 
 

@@ -6,14 +6,15 @@ from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetche
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge
 from ansible_collections.modelops.vllm.plugins.module_utils._vllm import pause_answer
 
-from fakes import NO_ANSWER, NOT_FOUND, NOT_PAUSED, PAUSED, Clock, FakeServer, capture, engine, expo
+from fakes import NO_ANSWER, NOT_FOUND, NOT_PAUSED, PAUSED, Clock, FakeServer, capture, engine, expo, timed, two_waits
 
 HUNG_RPC = Fetched(error='timeout', message='no answer in 10.0 s', seconds=10.0)
 
 
 def judge(server, window=None, **kwargs):
     clock = Clock()
-    result = Judge(server, interval=5.0, sleep=clock.sleep, clock=clock, probe_timeout=30.0, metrics_timeout=10.0,
+    kwargs.setdefault('freeze', two_waits())
+    result = Judge(timed(server, clock), interval=5.0, sleep=clock.sleep, clock=clock, probe_timeout=30.0, metrics_timeout=10.0,
                    window=window, **kwargs).run()
     result['_sleeps'] = clock.sleeps
     return result
