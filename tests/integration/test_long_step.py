@@ -65,6 +65,36 @@ def wait_frozen(srv, still=3.0, timeout=60.0):
     raise AssertionError("the long step did not begin within %s s" % timeout)
 
 
+def engine_cpu(srv):
+    """Seconds of CPU the engine's processes (every thread) have used."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in srv.engine_pids():
+        try:
+            with open("/proc/%d/stat" % pid) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def wait_stepping(srv, busy=2.0, timeout=120.0):
+    """Wait until the engine has been computing for ``busy`` seconds in a row while its metrics did not move: the
+    long step of an idle-looking server has begun (its metrics alone cannot show it: they are an idle server's)."""
+    ends = time.monotonic() + timeout
+    since, before, digest = None, engine_cpu(srv), series(srv)
+    while time.monotonic() < ends:
+        time.sleep(0.5)
+        used, now = engine_cpu(srv), series(srv)
+        working = used - before >= 0.3 and now == digest  # most of a core in the half second, nothing published
+        before, digest = used, now
+        since = (since or time.monotonic()) if working else None
+        if since is not None and time.monotonic() - since >= busy:
+            return
+    raise AssertionError("the engine did not start the long step within %s s" % timeout)
+
+
 class BigPrompt(object):
     """One completion of a prompt that is prefilled in one step, in a thread."""
 
@@ -131,7 +161,7 @@ def test_a_long_step_on_an_idle_looking_server_is_not_stuck_and_not_restarted(de
                                 defaults_but_grace(deep_server, tmp_path, method, vllm_watchdog_probe_timeout=10))
     deep_server.wait_idle(timeout=120)
     big = BigPrompt(deep_server)
-    wait_frozen(deep_server)
+    wait_stepping(deep_server)
     run = run_playbook(WATCHDOG_PLAY, inventory=inventory, workdir=str(tmp_path / "run"), timeout=900)
     done = big.join()
     assert run.rc == 0, run

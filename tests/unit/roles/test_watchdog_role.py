@@ -39,3 +39,27 @@ def test_the_async_budget_is_the_check_s_own_deadline_plus_start_up(interval, pr
         vllm_watchdog_freeze_wait=wait))
     deadline = check_deadline(interval, probe, metrics, wait)
     assert deadline + 30 <= budget < deadline + 31
+
+
+def test_the_freeze_limit_is_one_default_everywhere_a_freeze_is_judged():
+    """The health module, the watchdog (through the inventory's vllm_check_freeze_limit), the check playbooks, the
+    rollout and the Prometheus rules' stuck time say the same 300 s (docs/health.md, "a long engine step")."""
+    import re
+    from ansible_collections.modelops.vllm.plugins.module_utils._freeze import DEFAULT_LIMIT
+
+    def rendered(template, **variables):
+        return float(jinja2.Environment().from_string(template).render(**variables))
+    defaults = load('defaults', 'main.yml')
+    assert rendered(defaults['vllm_watchdog_freeze_limit']) == DEFAULT_LIMIT == 300
+    assert rendered(defaults['vllm_watchdog_freeze_limit'], vllm_check_freeze_limit=42) == 42
+    # The run that finds a freeze watches it up to the limit, unless told otherwise.
+    assert defaults['vllm_watchdog_freeze_wait'] == '{{ vllm_watchdog_freeze_limit }}'
+    with open(os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main.yml')) as handle:
+        rollout = yaml.safe_load(handle)
+    assert rendered(rollout['vllm_rollout_freeze_limit']) == DEFAULT_LIMIT
+    with open(os.path.join(REPO, 'playbooks', 'fleet_check.yml')) as handle:
+        fleet = handle.read()
+    assert "vllm_check_freeze_limit | default(%d)" % DEFAULT_LIMIT in fleet
+    with open(os.path.join(REPO, 'extensions', 'prometheus', 'vllm.rules.yml.j2')) as handle:
+        rules = handle.read()
+    assert re.search(r'vllm_prometheus_stuck_seconds \| default\(%d\)' % DEFAULT_LIMIT, rules)
