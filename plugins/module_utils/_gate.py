@@ -285,7 +285,8 @@ class Gate(object):
             return out
         record = {'time': _stamp(self.clock()), 'state': out['state'],
                   'reason': out['reason'][:500], 'action': out['action'], 'decision': out['decision'][:500]}
-        for key in ('running', 'waiting', 'kv_cache_usage', 'steps_per_second', 'generation_tokens_per_second'):
+        for key in ('running', 'waiting', 'kv_cache_usage', 'steps_per_second', 'generation_tokens_per_second',
+                    'frozen_for'):
             record[key] = out['verdict'].get(key)
         record['probe'] = ((verdict or {}).get('probe') or {}).get('outcome')
         try:

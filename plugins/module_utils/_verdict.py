@@ -650,6 +650,15 @@ class Judge(object):
             return self.finish('busy', '%s request(s) in flight; the engine moved again after %s without movement '
                                        '(%s): a long engine step, not a hang' % (
                                            _count(after.in_flight), duration(seconds), ', '.join(went[:16])))
+        left = self.left()
+        if how == 'probe' and (left is None or left >= (self.probe_timeout or 0) + (self.metrics_timeout or 0)):
+            # The engine is free again and nothing is in flight: one more probe says whether it serves.
+            outcome, fetched = self.probe()
+            if outcome == 'ok':
+                self.basis = after
+                return self.finish('idle', 'nothing in flight; the probes waited behind one long engine step (%s '
+                                           'without movement), then the engine moved and a probe answered in %.2f s'
+                                   % (duration(seconds), fetched.seconds or 0.0))
         return self.finish('unknown', 'the engine moved again after %s without movement and has nothing in flight '
                                       'now: %s, not stuck' % (duration(seconds), 'the probe queued behind a long '
                                                                                  'engine step' if how == 'probe'

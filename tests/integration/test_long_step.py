@@ -114,6 +114,12 @@ class BigPrompt(object):
         return self.result
 
 
+CHECK_PLAY = """
+- name: The collection's report-only check
+  ansible.builtin.import_playbook: modelops.vllm.check
+"""
+
+
 def recorder(tmp_path):
     """The `command` restart method, recording its calls (and restarting nothing)."""
     log = tmp_path / "restarts.log"
@@ -152,6 +158,17 @@ def test_a_long_step_with_work_in_flight_is_not_stuck_and_not_restarted(deep_ser
     print("long step with work in flight: the request took %.1f s; the watchdog said: %s" % (done["seconds"],
                                                                                            result["line"]))
     deep_server.wait_idle(timeout=120)
+    # Now the server's inter-token latency histogram holds that step (the decoding request waited it out, more
+    # than 40 s): a freeze limit of 60 s is a configuration mistake the check names; the default is not.
+    check = write_inventory(str(tmp_path / "check.yml"), {"gb10-long": {}}, {"vllm_url": deep_server.url})
+    warned = run_playbook(CHECK_PLAY, inventory=check, workdir=str(tmp_path / "low"), timeout=300,
+                          args=["-e", "vllm_check_interval=1", "-e", "vllm_check_freeze_limit=60"])
+    assert warned.rc == 0, warned
+    said = " ".join((warned.stdout + warned.stderr).split())
+    assert "freeze_limit (1m00s) is not well above the longest this server has taken between two tokens" in said, said
+    quiet = run_playbook(CHECK_PLAY, inventory=check, workdir=str(tmp_path / "default"), timeout=300,
+                         args=["-e", "vllm_check_interval=1"])
+    assert quiet.rc == 0 and "is not well above" not in quiet.stdout + quiet.stderr, quiet
 
 
 def test_a_long_step_on_an_idle_looking_server_is_not_stuck_and_not_restarted(deep_server, tmp_path):
@@ -167,8 +184,10 @@ def test_a_long_step_on_an_idle_looking_server_is_not_stuck_and_not_restarted(de
     assert run.rc == 0, run
     result = run.outputs["gb10-long.json"][0]
     assert result["state"] != "stuck" and result["action"] == "none" and not result["restarted"], result
-    # What it saw: an engine that looked idle, probes that got no answer, then the step ended and everything moved.
-    assert "the probe queued behind a long engine step" in result["reason"], result
+    # What it saw: an engine that looked idle, probes that got no answer, then the step ended, everything moved,
+    # and one more probe (nothing in flight) was answered.
+    assert result["state"] == "idle", result
+    assert "the probes waited behind one long engine step" in result["reason"], result
     assert not log.exists(), log.read_text()
     assert done["status"] == 200, done
     print("long step on an idle-looking server: the request took %.1f s; the watchdog said: %s"

@@ -68,9 +68,12 @@ SHORT = {
     "vllm_prometheus_down_seconds": 5,
 }
 # The watchdog's check with short waits (it reads /metrics three times, `interval` apart).
+FREEZE = 6
 FAST = {
     "vllm_watchdog_interval": 1,
-    "vllm_watchdog_freeze_limit": 2,  # proof within a run's two waits (the default limit is test_long_step.py's)
+    # A freeze limit longer than a run's two waits: the alert's run must keep watching the hang until it has lasted
+    # the limit, then restart in that same run (the default limit, 300 s, is test_long_step.py's).
+    "vllm_watchdog_freeze_limit": FREEZE,
     "vllm_watchdog_probe_timeout": 5,
     "vllm_watchdog_metrics_timeout": 5,
     "vllm_watchdog_ready_delay": 1,

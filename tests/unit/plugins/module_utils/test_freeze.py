@@ -185,8 +185,15 @@ def test_two_unanswered_probes_are_frozen_until_the_limit():
 
 
 def test_probes_that_wait_behind_a_long_step_are_not_stuck():
-    # The server looked idle, the long step holds both probes, then it returns and everything moves.
+    # The server looked idle, the long step holds both probes, then it returns and everything moves: the engine
+    # is free again, and one more probe says it serves.
     reads = [idle(), idle(), idle()] + [idle()] * 2 + [idle(steps=501, kv=0.3)]
+    server = FakeServer(reads, probe=[NO_ANSWER, NO_ANSWER, completion()])
+    result, kept, dummy = judge(server, wait=300.0)
+    assert result['state'] == 'idle', result['reason']
+    assert 'the probes waited behind one long engine step' in result['reason'] and server.count('probe') == 3
+    assert kept == {}
+    # A third probe that is not answered either: not judged, and still no freeze (the engine moved).
     result, kept, dummy = judge(FakeServer(reads, probe=NO_ANSWER), wait=300.0)
     assert result['state'] == 'unknown', result['reason']
     assert 'moved again' in result['reason'] and 'the probe queued behind a long engine step' in result['reason']
