@@ -53,6 +53,7 @@ from tests.simulator.client import SimulatorProcess  # noqa: E402  pylint: disab
 
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (  # noqa: E402
     DEFAULTS as DECIDE_DEFAULTS, decide, empty_history)
+from ansible_collections.modelops.vllm.plugins.module_utils._freeze import Freeze  # noqa: E402
 from ansible_collections.modelops.vllm.plugins.module_utils._http import Client  # noqa: E402
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge  # noqa: E402
 
@@ -89,19 +90,21 @@ def role_defaults():
     with open(ROLE_DEFAULTS_FILE) as handle:
         raw = yaml.safe_load(handle)
     names = ('interval', 'probe_timeout', 'metrics_timeout', 'startup_grace', 'ready_timeout', 'ready_delay',
-             'cooldown', 'max_restarts', 'restart_window', 'unknown_limit')
+             'cooldown', 'max_restarts', 'restart_window', 'unknown_limit', 'freeze_limit')
     out = dict((name, _default_of(raw['vllm_watchdog_' + name])) for name in names)
+    # The run that finds a freeze watches it up to the limit ({{ vllm_watchdog_freeze_limit }}).
+    out['freeze_wait'] = _default_of(raw['vllm_watchdog_freeze_wait'], vllm_watchdog_freeze_limit=out['freeze_limit'])
     for name in DECIDE_DEFAULTS:
         assert float(out[name]) == float(DECIDE_DEFAULTS[name]), (name, out[name], DECIDE_DEFAULTS[name])
     return out
 
 
-def _default_of(value):
+def _default_of(value, **variables):
     """A default as the role sees it with an empty inventory (``{{ vllm_check_interval | default(5) }}`` is 5)."""
     if isinstance(value, str) and '{{' in value:
         import jinja2
         import yaml
-        return yaml.safe_load(jinja2.Environment().from_string(value).render())
+        return yaml.safe_load(jinja2.Environment().from_string(value).render(**variables))
     return value
 
 
@@ -486,6 +489,7 @@ class Collection(object):
         self.day_length = day_length
         self.d = defaults
         self.history = empty_history()
+        self.freezes = None  # the check's memory of freezes across runs (the role keeps it in its state dir)
         self.verdicts = []
         self.decisions = []
         self.settings = dict((k, defaults[k]) for k in DECIDE_DEFAULTS)
@@ -497,9 +501,11 @@ class Collection(object):
                                 probe_timeout=clock.wall(self.d['probe_timeout']),
                                 clock=lambda: scale.epoch(clock.now()))
         started = clock.now()
+        freeze = Freeze(self.freezes, limit=float(self.d['freeze_limit']), wait=float(self.d['freeze_wait']))
         result = Judge(client, interval=self.d['interval'], sleep=clock.sleep,
                        clock=lambda: scale.epoch(clock.now()), probe_timeout=self.d['probe_timeout'],
-                       metrics_timeout=self.d['metrics_timeout']).run()
+                       metrics_timeout=self.d['metrics_timeout'], freeze=freeze).run()
+        self.freezes = freeze.memory(judged=result['state'] != 'unknown')
         client.session.close()
         rec = {'at': started, 'done': clock.now(), 'state': result['state'], 'reason': result['reason'],
                'probe': result['probe']['attempts'], 'running': result['running'], 'waiting': result['waiting']}

@@ -59,6 +59,9 @@ MAX_ENGINES = readings.MAX_ENGINES
 MAX_CREATED = 64
 # The window, seconds: (smallest, largest, whether the smallest itself is allowed); 0 is off.
 WINDOW_LIMITS = (0, 7 * 86400, True)
+# Seconds a streak may seem to begin before the process started (the clocks of the host that checks and of the
+# server may differ a little).
+SKEW = 60.0
 # Drops of the KV-cache gauge, with no request completed, that make a streak's activity on their own.
 MIN_KV_DROPS = 3
 
@@ -173,6 +176,15 @@ def _grew(before, after):
                 if after.get(k) is not None and before.get(k) is not None and after[k] > before[k])
 
 
+def _another_life(entry, read, boot):
+    """Whether a kept streak cannot be this process's: it began before the process started (a state dir carried over),
+    or on another boot. Such a streak is never continued (an untrusted memory may only delay a finding)."""
+    start = getattr(read, 'start_time', None)
+    if _finite(start) and entry['since'] < start - SKEW:
+        return True
+    return bool(boot) and entry.get('boot') != boot
+
+
 def _extend(streaks, key, engine, read, boot, profile):
     """One read of one engine: start, extend or end its streak."""
     vals = values(engine, profile)
@@ -181,6 +193,8 @@ def _extend(streaks, key, engine, read, boot, profile):
         streaks.pop(key, None)
         return
     entry = streaks.get(key)
+    if entry is not None and _another_life(entry, read, boot):
+        entry = None
     if entry is None or _useful(vals) != _useful(entry['base']) or read.at < entry['since']:
         if entry is None and len(streaks) >= MAX_ENGINES:
             return

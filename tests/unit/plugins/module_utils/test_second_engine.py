@@ -347,7 +347,7 @@ def test_the_window_finds_the_livelock_by_the_fake_names():
     def run(profile, texts):
         window, memory, states = None, None, []
         for n in range(4):
-            clock = Clock(1000.0 + 300.0 * n)
+            clock = Clock(1796010000.0 + 300.0 * n)  # after the expositions' process started
             kwargs = {} if profile is None else {'profile': profile}
             window = _stall.Window(memory, 600.0, **kwargs)
             states.append(Judge(FakeServer(texts(n)), interval=5.0, sleep=clock.sleep, clock=clock,
@@ -376,7 +376,7 @@ def test_the_check_passes_the_registered_profile_to_the_client_the_window_and_th
             'state_dir': str(tmp_path / 'state'), 'stall_window': 600.0, '_check_mode': False}
     states = []
     for n in range(4):
-        clock = Clock(1000.0 + 300.0 * n)
+        clock = Clock(1796010000.0 + 300.0 * n)  # after the expositions' process started
         states.append(_check.check_one(spec, sleep=clock.sleep, clock=clock, monotonic=clock, client_class=client,
                                        engine='fake')['state'])
     assert states == ['busy', 'busy', 'stuck', 'stuck']

@@ -11,7 +11,9 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _stall as sta
 from fakes import engine, expo
 
 WINDOW = 600.0
-START = 1796004614.13
+# The process the readings come from started before the checks (at 1000 s and later): a streak cannot begin
+# before its process started (test_a_streak_of_another_life_is_never_continued).
+START = 500.0
 
 
 def reading(at, mono=None, start=START, created=1796004644.44, engines=None, **one):
@@ -189,9 +191,9 @@ def test_another_process_ends_every_streak():
     series.check(1000.0, **deadlock(0))
     series.check(1300.0, **deadlock(1))
     # The next check sees another process (a new start time): counters are not compared across it.
-    finding, summary = series.check(1600.0, reads=[reading(1600.0, start=START + 2000, created=START + 2001,
+    finding, summary = series.check(1600.0, reads=[reading(1600.0, start=START + 1000, created=START + 1001,
                                                            **deadlock(2)),
-                                                   reading(1605.0, start=START + 2000, created=START + 2001,
+                                                   reading(1605.0, start=START + 1000, created=START + 1001,
                                                            **deadlock(2))])
     assert finding is None and 'another process' in summary['note']
     assert series.memory['engines']['0']['since'] == 1600.0
@@ -219,10 +221,27 @@ def test_a_wall_clock_stepped_forward_is_no_evidence_on_the_same_boot():
     finding, dummy = series.check(4600.0, reads=[reading(4600.0, mono=110.0, **deadlock(1)),
                                                  reading(4605.0, mono=115.0, **deadlock(1))])
     assert finding is None
-    # After a reboot the monotonic clock cannot be compared: the wall clock counts.
-    series.boot = 'boot-2'
-    assert series.check(5200.0, reads=[reading(5200.0, mono=10.0, **deadlock(2)),
-                                       reading(5205.0, mono=15.0, **deadlock(2))])[0] is not None
+
+
+def test_a_streak_of_another_life_is_never_continued():
+    """Issue 26: a streak kept on another boot, or one that began before the process that shows it started (a state
+    dir carried over), is never continued: an untrusted memory may only delay a finding."""
+    for change in ({'boot': 'boot-2'}, {'start': 1200.0}):
+        series = Series()
+        series.check(1000.0, **deadlock(0))
+        series.check(1300.0, **deadlock(1))
+        start = change.get('start', START)
+        series.boot = change.get('boot', series.boot)
+        # Past the window since the kept streak began, with the signature: no finding, the streak begins again.
+        finding, dummy = series.check(1700.0, reads=[reading(1700.0, start=start, **deadlock(2)),
+                                                     reading(1705.0, start=start, **deadlock(2))])
+        assert finding is None, change
+        assert series.memory['engines']['0']['since'] == 1700.0, change
+    # The same memory on the same boot and process is caught, as it should be.
+    series = Series()
+    for i in range(3):
+        finding, dummy = series.check(1000.0 + 350 * i, **deadlock(i))
+    assert finding is not None
 
 
 def test_unknown_and_down_checks_change_nothing():

@@ -131,8 +131,9 @@ def deadlock(i):
                              success=12, kv=0.2)})
 
 
-def checks(window_seconds, texts_per_check, is_paused=NOT_FOUND, start=1000.0, every=300.0):
-    """Run one check per list of texts, carrying the memory; returns the results."""
+def checks(window_seconds, texts_per_check, is_paused=NOT_FOUND, start=1796010000.0, every=300.0):
+    """Run one check per list of texts, carrying the memory; returns the results. ``start``: after the expositions'
+    process started (fakes.expo), as a real check is."""
     memory = None
     results = []
     for n, texts in enumerate(texts_per_check):
