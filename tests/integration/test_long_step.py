@@ -79,18 +79,18 @@ def engine_cpu(srv):
     return total / ticks
 
 
-def wait_stepping(srv, busy=2.0, timeout=120.0):
-    """Wait until the engine has been computing for ``busy`` seconds in a row while its metrics did not move: the
-    long step of an idle-looking server has begun (its metrics alone cannot show it: they are an idle server's)."""
+def wait_stepping(srv, before, busy=1.5, timeout=180.0):
+    """Wait until the engine has used ``busy`` seconds of CPU since ``before`` (its CPU time when the prompt was
+    sent) while its metrics did not move: the long step of an idle-looking server has begun (its metrics alone
+    cannot show it: they are an idle server's, and an idle engine uses next to no CPU). CPU time, not a rate: on
+    a loaded machine the engine, at nice 19, gets what is left."""
     ends = time.monotonic() + timeout
-    since, before, digest = None, engine_cpu(srv), series(srv)
+    digest = series(srv)
     while time.monotonic() < ends:
         time.sleep(0.5)
-        used, now = engine_cpu(srv), series(srv)
-        working = used - before >= 0.3 and now == digest  # most of a core in the half second, nothing published
-        before, digest = used, now
-        since = (since or time.monotonic()) if working else None
-        if since is not None and time.monotonic() - since >= busy:
+        if series(srv) != digest:
+            raise AssertionError("the metrics moved before the long step was seen: the step is over or never was")
+        if engine_cpu(srv) - before >= busy:
             return
     raise AssertionError("the engine did not start the long step within %s s" % timeout)
 
@@ -177,8 +177,9 @@ def test_a_long_step_on_an_idle_looking_server_is_not_stuck_and_not_restarted(de
     inventory = write_inventory(str(tmp_path / "inventory.yml"), {"gb10-long": {}},
                                 defaults_but_grace(deep_server, tmp_path, method, vllm_watchdog_probe_timeout=10))
     deep_server.wait_idle(timeout=120)
+    before = engine_cpu(deep_server)
     big = BigPrompt(deep_server)
-    wait_stepping(deep_server)
+    wait_stepping(deep_server, before)
     run = run_playbook(WATCHDOG_PLAY, inventory=inventory, workdir=str(tmp_path / "run"), timeout=900)
     done = big.join()
     assert run.rc == 0, run

@@ -258,8 +258,13 @@ def test_adhoc(sandbox):
     assert sorted(line.split(':')[0] for line in lines) == \
         ['gb10-busy', 'gb10-down', 'gb10-idle', 'gb10-prefill', 'gb10-stuck'], lines
     states = dict(line.split(' - ')[0].split(': ') for line in lines)
+    # One short check without a memory cannot prove a hang: frozen, with how long (the default freeze limit, 300 s).
     assert states == {'gb10-busy': 'busy', 'gb10-down': 'down', 'gb10-idle': 'idle', 'gb10-prefill': 'busy',
-                      'gb10-stuck': 'stuck'}, lines
+                      'gb10-stuck': 'frozen'}, lines
+    assert 'not yet proof of a hang, which takes 5m00s' in [line for line in lines if line.startswith('gb10-stuck:')][0]
+    # Watching it to a limit of 10 s proves it.
+    watched = output_of(results, 'freeze_limit=10 freeze_wait=10')
+    assert watched.startswith('gb10-stuck: stuck - ') and 'past freeze_limit (10s)' in watched, watched
     assert [line for line in lines if line.startswith('gb10-prefill:')][0].endswith(
         '(kv_cache_usage_perc); no probe sent'), lines  # only the KV cache moved: a chunked prefill
     lines = summary_lines(output_of(results, 'check-line.yml'))
