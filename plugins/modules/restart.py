@@ -96,7 +96,7 @@ options:
   old_reading:
     description:
       - One read of the process before the restart, as the check keeps it in its evidence (the last item of
-        RV(modelops.vllm.health#module:evidence.reads), with its C(process_start_time) and each engine's
+        C(reads) in RV(modelops.vllm.health#module:evidence), with its C(process_start_time) and each engine's
         C(counters)). Used as O(old_start_time) is; it lets a server without a start time (vLLM with
         C(--api-server-count) above 1) be told apart from the process that follows it by its counters.
     type: dict
