@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 name: oneline
 type: stdout
 short_description: One line per vLLM server and a total; everything else with -v
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - The output of the collection's playbooks as their reports read, for a terminal, a cron log or an AWX job

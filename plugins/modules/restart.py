@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: restart
 short_description: Restart (or upgrade) a vLLM service by its method and wait until it is ready
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - The one place that performs a restart, for the P(modelops.vllm.watchdog#role) and P(modelops.vllm.rollout#role)
     roles. It runs the exact commands of the restart method, in order, and stops at the first one that fails, so a

@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: watchdog_gate
 short_description: Decide, under a host lock, whether the vLLM watchdog may restart each server of a host
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - The one place that decides a restart for the P(modelops.vllm.watchdog#role) role. Given the verdicts of
     M(modelops.vllm.health) for the vLLM instances of one host, it asks the service manager about the ones that are
