@@ -344,6 +344,11 @@ class CallbackModule(DefaultCallback):
 
     # ------------------------------------------------------------------------------------------ total
 
+    def _shown(self, stats, host):
+        """Whether the summary counts a host: one the playbook worked on, or any host that failed."""
+        summary = stats.summarize(host)
+        return host in self._worked or not self._worked or bool(summary['failures'] or summary['unreachable'])
+
     def v2_playbook_on_stats(self, stats):
         if self._adhoc():
             return None  # as the minimal callback: the line of each host is all
@@ -351,8 +356,7 @@ class CallbackModule(DefaultCallback):
             return super(CallbackModule, self).v2_playbook_on_stats(stats)
         # The hosts the playbook worked on: a play on the controller alone (the shipped playbooks' check that the
         # host pattern matched) is no host of the fleet, unless it failed there.
-        hosts = sorted(host for host in stats.processed if host in self._worked or not self._worked
-                       or stats.summarize(host)['failures'] or stats.summarize(host)['unreachable'])
+        hosts = sorted(host for host in stats.processed if self._shown(stats, host))
         counts = {'ok': [], 'changed': [], 'failed': [], 'unreachable': []}
         for host in hosts:
             summary = stats.summarize(host)
