@@ -517,8 +517,8 @@ class Judge(object):
     def stuck(self, after, stuck, moved=None):
         self.stuck_engines = stuck[:readings.MAX_ENGINES]
         all_engines = len(stuck) == len(after.engines)
-        deferred_only = all((after.engines[k].running or 0) == 0 and after.engines[k].waiting
-                            and after.engines[k].deferred == after.engines[k].waiting for k in stuck)
+        engines = [after.engines[k] for k in stuck]
+        deferred_only = all((e.running or 0) == 0 and e.waiting and e.deferred == e.waiting for e in engines)
         if deferred_only:
             self.deferred_only = True
             return self.finish('unknown', 'only deferred requests wait (grammar compilation or remote KV) and '
