@@ -442,7 +442,7 @@ ansible_facts:
 textfile_error:
   description:
     - Why O(textfile) could not be written (null when it was, or was not asked for). The module also warns with it, and
-      each result of RV(ansible_facts) carries it (C(textfile_error)); the P(modelops.vllm.watchdog#role) role puts it
+      each result of C(ansible_facts.vllm_watchdog_results) carries it (C(textfile_error)); the P(modelops.vllm.watchdog#role) role puts it
       in its summary and fails the host unless C(vllm_watchdog_textfile_required) is false.
   returned: with O(instances)
   type: str
