@@ -287,9 +287,9 @@ def test_execution_environment_context_is_created_offline(tmp_path):
         early.returncode, early.stdout + early.stderr)
 
     # `make build`'s script, writing into the layout's build/.
+    build_env = dict(ansible_env(), BUILD_DIR=str(layout / 'build'), PATH=BIN + os.pathsep + os.environ.get('PATH', ''))
     subprocess.run([os.path.join(REPO, 'scripts', 'build-collection.sh')], check=True, capture_output=True, text=True,
-                   timeout=300, env=dict(ansible_env(), BUILD_DIR=str(layout / 'build'),
-                                                PATH=BIN + os.pathsep + os.environ.get('PATH', '')))
+                   timeout=300, env=build_env)
     assert os.path.exists(str(layout / 'build' / tarball_name))
 
     context = tmp_path / 'context'
