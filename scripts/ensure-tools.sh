@@ -2,16 +2,17 @@
 # Make sure the command-line tools that the docs' commands use are installed, from Debian's packages:
 #   jq                (docs/schedule.md reads the watchdog's verdict history with it; docs/adhoc.md, awx.md)
 #   systemd-analyze   (tests/integration/test_try.py verifies docs/schedule.md's systemd units with it)
-#   scripts/ensure-tools.sh [TOOL ...]    (default: both)
+#   pandoc            (scripts/docs-rst.sh: the guides as the docs site's pages; tests/integration/test_publish.py)
+#   scripts/ensure-tools.sh [TOOL ...]    (default: all of them)
 # Idempotent: installs only what is missing. The systemd package is installed for systemd-analyze
 # only: nothing is started or enabled (policy-rc.d keeps apt from starting services), and on a
 # machine without systemd as PID 1 it stays inert.
 set -euo pipefail
 
-declare -A package=([jq]=jq [systemd-analyze]=systemd)
+declare -A package=([jq]=jq [systemd-analyze]=systemd [pandoc]=pandoc)
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-    tools=(jq systemd-analyze)
+    tools=(jq systemd-analyze pandoc)
 fi
 missing=()
 for tool in "${tools[@]}"; do

@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 name: oneline
 type: stdout
 short_description: One line per vLLM server and a total; everything else with -v
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - The output of the collection's playbooks as their reports read, for a terminal, a cron log or an AWX job
@@ -344,6 +344,11 @@ class CallbackModule(DefaultCallback):
 
     # ------------------------------------------------------------------------------------------ total
 
+    def _shown(self, stats, host):
+        """Whether the summary counts a host: one the playbook worked on, or any host that failed."""
+        summary = stats.summarize(host)
+        return host in self._worked or not self._worked or bool(summary['failures'] or summary['unreachable'])
+
     def v2_playbook_on_stats(self, stats):
         if self._adhoc():
             return None  # as the minimal callback: the line of each host is all
@@ -351,8 +356,7 @@ class CallbackModule(DefaultCallback):
             return super(CallbackModule, self).v2_playbook_on_stats(stats)
         # The hosts the playbook worked on: a play on the controller alone (the shipped playbooks' check that the
         # host pattern matched) is no host of the fleet, unless it failed there.
-        hosts = sorted(host for host in stats.processed if host in self._worked or not self._worked
-                       or stats.summarize(host)['failures'] or stats.summarize(host)['unreachable'])
+        hosts = sorted(host for host in stats.processed if self._shown(stats, host))
         counts = {'ok': [], 'changed': [], 'failed': [], 'unreachable': []}
         for host in hosts:
             summary = stats.summarize(host)

@@ -10,8 +10,15 @@ __metaclass__ = type
 class ModuleDocFragment(object):
 
     # How a module reaches a vLLM server (or a proxy in front of several): the options of
-    # module_utils/_http.CONNECTION_ARGS, shared by modelops.vllm.health and modelops.vllm.restart.
+    # module_utils/_http.CONNECTION_ARGS, shared by modelops.vllm.health and modelops.vllm.restart. The modules that
+    # take them are the action group vllm of meta/runtime.yml, so that module_defaults sets them once per play.
     DOCUMENTATION = r'''
+attributes:
+  action_group:
+    description: Use C(group/modelops.vllm.vllm) in C(module_defaults) to set defaults for this module.
+    support: full
+    membership:
+      - modelops.vllm.vllm
 options:
   api_key:
     description:

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: check_budget
 short_description: Seconds to wait for a background check of M(modelops.vllm.health)
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes the check's O(modelops.vllm.health#module:interval) and returns how many seconds the gate or the collector

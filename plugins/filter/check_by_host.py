@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: check_by_host
 short_description: The verdicts of a fleet check of M(modelops.vllm.health), grouped by host
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes the C(servers) that M(modelops.vllm.health) returned for a fleet and returns them per host, in their order.

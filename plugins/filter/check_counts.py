@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: check_counts
 short_description: How many verdicts of a fleet check of M(modelops.vllm.health) are in each state
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes verdicts of M(modelops.vllm.health) and returns the number of them per state, in the order the states first

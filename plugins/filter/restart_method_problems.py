@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: restart_method_problems
 short_description: What is wrong with the settings of a restart method
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes a restart method (as M(modelops.vllm.restart) takes it in O(modelops.vllm.restart#module:method)) and its

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: rollout_report
 short_description: One host's outcome of the modelops.vllm.rollout role, its report line and its job statistics
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - The rollout's twin of P(modelops.vllm.watchdog_results#filter). Takes what the rollout's steps registered on a host

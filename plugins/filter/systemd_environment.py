@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: systemd_environment
 short_description: The C(Environment=) lines of a systemd unit or drop-in, from a dict
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Returns one line C(Environment="KEY=value") per item of the dict, in its order, joined by newlines (no newline

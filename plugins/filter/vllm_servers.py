@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: vllm_servers
 short_description: Build the O(modelops.vllm.health#module:servers) list of a fleet from the inventory
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes host names and returns one server per host and instance for M(modelops.vllm.health)'s O(modelops.vllm.health#module:servers),

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: watchdog_gate_instances
 short_description: A host's watchdog instances as the O(modelops.vllm.watchdog_gate#module:instances) of its gate
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes the merged instances of one host and returns them with the keys M(modelops.vllm.watchdog_gate) takes.

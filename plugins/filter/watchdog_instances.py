@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: watchdog_instances
 short_description: The instances of the modelops.vllm.watchdog role, each with its settings filled in
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes C(vllm_watchdog_instances) and the single-instance settings, and returns one dict per instance, the

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: watchdog_not_ready
 short_description: The waits of M(modelops.vllm.restart) that did not end with the server ready
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes the C(results) of a looped C(action=wait_ready) task of M(modelops.vllm.restart) and returns those whose

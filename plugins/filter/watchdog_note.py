@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: watchdog_note
 short_description: Add what was done to every result of the modelops.vllm.watchdog role
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes results in the form of C(vllm_watchdog_results) and returns them with C( | <note>) added to the end of each

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: watchdog_reboot_done
 short_description: What a host reboot of the modelops.vllm.watchdog role did, per instance
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes what was done per instance name (the role's C(_vllm_watchdog_done)) and returns a copy with what the host

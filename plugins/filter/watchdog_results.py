@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: watchdog_results
 short_description: One host's results of the modelops.vllm.watchdog role, in the form of C(vllm_watchdog_results)
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes what M(modelops.vllm.watchdog_gate) returned for a host (or that it could not run, or that the host did not

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: watchdog_servers
 short_description: Every vLLM instance of the watchdog's hosts, as the servers of one controller-side check
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes host names and returns one server per host and instance for M(modelops.vllm.health)'s

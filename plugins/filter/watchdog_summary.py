@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: watchdog_summary
 short_description: Summarize the results of the modelops.vllm.watchdog role over a fleet
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes the C(vllm_watchdog_results) of every host (flattened into one list) and returns the counts per verdict,

@@ -248,8 +248,8 @@ def gpu_errors(kernel, since):
     """
     if since is None or not isinstance(kernel, list):
         return []
-    return [line for line in kernel if isinstance(line, dict) and line.get('kind') in GPU_KINDS
-            and _finite(line.get('time')) and line['time'] >= since]
+    gpu = [line for line in kernel if isinstance(line, dict) and line.get('kind') in GPU_KINDS]
+    return [line for line in gpu if _finite(line.get('time')) and line['time'] >= since]
 
 
 def healthy_since(history, started_at, grace):
@@ -337,8 +337,8 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         if url:
             hist['served'] = {'url': url, 'at': now}
         healthy = hist.get('healthy')
-        if not (isinstance(healthy, dict) and _finite(healthy.get('at'))
-                and (started_at is None or healthy['at'] >= started_at)):
+        known = isinstance(healthy, dict) and _finite(healthy.get('at'))
+        if not (known and (started_at is None or healthy['at'] >= started_at)):
             hist['healthy'] = {'at': now, 'start': started_at}
     proof = url_proof if isinstance(url_proof, dict) else {}
     if state == 'down' and proof.get('default_url'):

@@ -100,10 +100,25 @@ def _count(value):
 
 
 def _valid_entry(entry):
-    return (isinstance(entry, dict) and _finite(entry.get('since'))
-            and (entry.get('since_mono') is None or _finite(entry['since_mono']))
-            and all(_numbers(entry.get(k), USEFUL + ACTIVITY + ('kv',)) for k in ('base', 'last'))
-            and all(entry['base'].get(k) is not None for k in USEFUL) and _count(entry.get('kv_drops')))
+    if not (isinstance(entry, dict) and _finite(entry.get('since'))):
+        return False
+    if entry.get('since_mono') is not None and not _finite(entry['since_mono']):
+        return False
+    if not all(_numbers(entry.get(k), USEFUL + ACTIVITY + ('kv',)) for k in ('base', 'last')):
+        return False
+    return all(entry['base'].get(k) is not None for k in USEFUL) and _count(entry.get('kv_drops'))
+
+
+def _valid_process(start, created, counters):
+    if not (start is None or _finite(start)):
+        return False
+    if not (isinstance(created, list) and len(created) <= MAX_CREATED):
+        return False
+    if not all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and _finite(c[1]) for c in created):
+        return False
+    if not (isinstance(counters, dict) and len(counters) <= MAX_ENGINES):
+        return False
+    return all(isinstance(k, str) and _numbers(v, COUNTERS) for k, v in counters.items())
 
 
 def load(memory):
@@ -123,10 +138,7 @@ def load(memory):
         start = process.get('start_time')
         created = process.get('created')
         counters = process.get('counters')
-        if not ((start is None or _finite(start)) and isinstance(created, list) and len(created) <= MAX_CREATED
-                and all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and _finite(c[1]) for c in created)
-                and isinstance(counters, dict) and len(counters) <= MAX_ENGINES
-                and all(isinstance(k, str) and _numbers(v, COUNTERS) for k, v in counters.items())):
+        if not _valid_process(start, created, counters):
             return fresh(), 'its process is not what this module writes'
     return memory, None
 

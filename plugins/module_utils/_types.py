@@ -94,8 +94,8 @@ def model_ids(fetched):
     body = fetched.json()
     if not isinstance(body, dict) or not isinstance(body.get('data'), list):
         return None
-    ids = [m.get('id') for m in body['data'][:MAX_IDS] if isinstance(m, dict) and isinstance(m.get('id'), str)
-           and 0 < len(m['id']) <= MAX_NAME]
+    ids = [m.get('id') for m in body['data'][:MAX_IDS] if isinstance(m, dict) and isinstance(m.get('id'), str)]
+    ids = [name for name in ids if 0 < len(name) <= MAX_NAME]
     return ids or None
 
 

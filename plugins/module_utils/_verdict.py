@@ -556,8 +556,8 @@ class Judge(object):
 
     def frozen_path(self, start, after, keys, moved):
         """Work in flight on engines that did not move across two waits (since ``start``)."""
-        deferred_only = all((after.engines[k].running or 0) == 0 and after.engines[k].waiting
-                            and after.engines[k].deferred == after.engines[k].waiting for k in keys)
+        engines = [after.engines[k] for k in keys]
+        deferred_only = all((e.running or 0) == 0 and e.waiting and e.deferred == e.waiting for e in engines)
         if deferred_only:
             self.deferred_only = True
             sessions = after.websocket_sessions

@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: health
 short_description: Tell whether a vLLM server is idle, busy or stuck from its own metrics
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads the server's own C(/metrics) (the Prometheus text vLLM exposes) twice or three times, O(interval) seconds apart,
     and says whether the engine is V(idle), V(busy), V(stuck), or one of a few more honest verdicts, with the evidence.

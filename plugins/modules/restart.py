@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: restart
 short_description: Restart (or upgrade) a vLLM service by its method and wait until it is ready
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - The one place that performs a restart, for the P(modelops.vllm.watchdog#role) and P(modelops.vllm.rollout#role)
     roles. It runs the exact commands of the restart method, in order, and stops at the first one that fails, so a
@@ -96,7 +96,7 @@ options:
   old_reading:
     description:
       - One read of the process before the restart, as the check keeps it in its evidence (the last item of
-        RV(modelops.vllm.health#module:evidence.reads), with its C(process_start_time) and each engine's
+        C(reads) in RV(modelops.vllm.health#module:evidence), with its C(process_start_time) and each engine's
         C(counters)). Used as O(old_start_time) is; it lets a server without a start time (vLLM with
         C(--api-server-count) above 1) be told apart from the process that follows it by its counters.
     type: dict

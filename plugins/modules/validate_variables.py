@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: validate_variables
 short_description: Name the vllm_* variables nobody reads, and the values that are wrong, one line each
-version_added: 0.1.0
+version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - A misspelled variable is silently ignored by Ansible, and a role falls back to its default (C(vllm_ulr) instead of

@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: watchdog_gate
 short_description: Decide, under a host lock, whether the vLLM watchdog may restart each server of a host
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - The one place that decides a restart for the P(modelops.vllm.watchdog#role) role. Given the verdicts of
     M(modelops.vllm.health) for the vLLM instances of one host, it asks the service manager about the ones that are
@@ -442,7 +442,7 @@ ansible_facts:
 textfile_error:
   description:
     - Why O(textfile) could not be written (null when it was, or was not asked for). The module also warns with it, and
-      each result of RV(ansible_facts) carries it (C(textfile_error)); the P(modelops.vllm.watchdog#role) role puts it
+      each result of C(ansible_facts.vllm_watchdog_results) carries it (C(textfile_error)); the P(modelops.vllm.watchdog#role) role puts it
       in its summary and fails the host unless C(vllm_watchdog_textfile_required) is false.
   returned: with O(instances)
   type: str

@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: watchdog_pause
 short_description: Pause or resume the vLLM watchdog on a host, the way the watchdog's own lock expects
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Writes or removes the pause file C(<state_dir>/paused) that the P(modelops.vllm.watchdog#role) role honours (the
     watchdog restarts nothing on the host while it exists), for work on the host such as a rollout.

@@ -265,26 +265,38 @@ def test_execution_environment_context_is_created_offline(tmp_path):
     # The definition names the tarball `make build` writes for this version of the collection.
     assert definition['version'] == 3
     assert [f['src'] for f in definition['additional_build_files']] == ['../build/' + tarball_name, 'ansible.cfg']
-    assert definition['dependencies']['galaxy']['collections'] == [
-        {'name': '/build/collections/' + tarball_name, 'type': 'file'}]
+    assert definition['dependencies']['galaxy'] == '../build/ee-requirements.yml'  # written by `make build`
+    base = definition['images']['base_image']['name']
+    assert '@sha256:' in base and not base.split('@')[0].endswith(':latest'), base  # a pinned base
 
-    # A copy of the layout it refers to (../build, ../requirements), with a freshly built tarball.
+    # A copy of the layout it refers to (../build, ../requirements).
     layout = tmp_path / 'layout'
     (layout / 'execution-environment').mkdir(parents=True)
     (layout / 'requirements').mkdir()
     shutil.copy(ee_file, str(layout / 'execution-environment'))
     shutil.copy(os.path.join(REPO, 'execution-environment', 'ansible.cfg'), str(layout / 'execution-environment'))
     shutil.copy(os.path.join(REPO, 'requirements', 'collection.txt'), str(layout / 'requirements'))
-    subprocess.run([os.path.join(BIN, 'ansible-galaxy'), 'collection', 'build', '--force', '--output-path',
-                    str(layout / 'build'), REPO], check=True, capture_output=True, text=True, timeout=300,
-                   env=ansible_env())
+
+    def create(context):
+        return subprocess.run(
+            [builder, 'create', '--file', str(layout / 'execution-environment' / 'execution-environment.yml'),
+             '--context', str(context), '--output-filename', 'Containerfile'],
+            capture_output=True, text=True, timeout=120, check=False,
+            env=dict(ansible_env(), http_proxy='http://127.0.0.1:9', https_proxy='http://127.0.0.1:9'))
+
+    # Without `make build` first, it fails and says what is missing (it used to exit 0 with no collection).
+    early = create(tmp_path / 'early')
+    assert early.returncode != 0 and 'ee-requirements.yml does not exist' in early.stdout + early.stderr, (
+        early.returncode, early.stdout + early.stderr)
+
+    # `make build`'s script, writing into the layout's build/.
+    build_env = dict(ansible_env(), BUILD_DIR=str(layout / 'build'), PATH=BIN + os.pathsep + os.environ.get('PATH', ''))
+    subprocess.run([os.path.join(REPO, 'scripts', 'build-collection.sh')], check=True, capture_output=True, text=True,
+                   timeout=300, env=build_env)
     assert os.path.exists(str(layout / 'build' / tarball_name))
 
     context = tmp_path / 'context'
-    proc = subprocess.run([builder, 'create', '--file', str(layout / 'execution-environment' / 'execution-environment.yml'),
-                           '--context', str(context), '--output-filename', 'Containerfile'],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env=dict(ansible_env(), http_proxy='http://127.0.0.1:9', https_proxy='http://127.0.0.1:9'))
+    proc = create(context)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert 'No matches' not in proc.stdout + proc.stderr
     containerfile = (context / 'Containerfile').read_text()
