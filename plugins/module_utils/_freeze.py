@@ -83,8 +83,13 @@ def _valid(entry):
     if not (entry.get('created') is None or (isinstance(entry['created'], str) and len(entry['created']) <= 64)):
         return False
     vals = entry.get('values')
-    return (isinstance(vals, dict) and 0 < len(vals) <= MAX_VALUES
-            and all(isinstance(k, str) and len(k) <= 256 and _finite(v) and v >= 0 for k, v in vals.items()))
+    if not isinstance(vals, dict) or not 0 < len(vals) <= MAX_VALUES:
+        return False
+    return all(isinstance(k, str) and len(k) <= 256 and _finite(v) and v >= 0 for k, v in vals.items())
+
+
+def _plain_key(key):
+    return isinstance(key, str) and len(key) <= 256
 
 
 def load(memory):
@@ -93,8 +98,7 @@ def load(memory):
         return {}, None
     if not isinstance(memory, dict) or len(memory) > MAX_ENGINES:
         return {}, 'the remembered freezes are not what this module writes: started afresh'
-    kept = dict((key, entry) for key, entry in memory.items() if isinstance(key, str) and len(key) <= 256
-                and _valid(entry))
+    kept = dict((key, entry) for key, entry in memory.items() if _plain_key(key) and _valid(entry))
     dropped = len(memory) - len(kept)
     return kept, ('%d remembered freeze(s) not what this module writes were left out' % dropped) if dropped else None
 

@@ -47,8 +47,8 @@ MAX_BUCKETS = 64
 
 def _wanted(profile):
     """The filter of the series a reading of this engine keeps."""
-    names = frozenset(profile.progress_counters + profile.gauges + profile.v0_only + (profile.start_time,)
-                      + tuple(name for dummy, name in profile.step_histograms))
+    histograms = tuple(name for dummy, name in profile.step_histograms)
+    names = frozenset(profile.progress_counters + profile.gauges + profile.v0_only + (profile.start_time,) + histograms)
     prefix, suffix = profile.prefix, profile.created_suffix
 
     def wanted(name):
