@@ -33,6 +33,7 @@ LOOKS_OURS = re.compile(r'^v+l+m+_', re.IGNORECASE)
 
 # name: (argument spec of the value, group). The groups: inventory (the conventions of docs/fleet.md), check
 # (playbooks/fleet_check.yml and check.yml, their header), watchdog (playbooks/watchdog.yml's play settings),
+# history (playbooks/history.yml's settings),
 # prometheus (the variables of extensions/prometheus/vllm.rules.yml.j2), eda (the rulebook's), fact (set by the
 # collection: a fact cache keeps them between runs; never a typo, never validated). A value is validated by its
 # spec, as the roles' options are by theirs.
@@ -60,6 +61,9 @@ CONVENTIONS = {
     'vllm_watchdog_hosts': ({'type': 'str'}, 'watchdog'),
     'vllm_watchdog_become': ({'type': 'bool'}, 'watchdog'),
     'vllm_watchdog_one_host': ({'type': 'bool'}, 'watchdog'),
+    # playbooks/history.yml's settings (its header).
+    'vllm_history_since': ({'type': 'str'}, 'history'),
+    'vllm_history_show': ({'type': 'str', 'choices': ['changes', 'actions', 'all']}, 'history'),
     # extensions/prometheus/vllm.rules.yml.j2 (docs/prometheus.md).
     'vllm_prometheus_stuck_seconds': ({'type': 'int'}, 'prometheus'),
     'vllm_prometheus_check_seconds': ({'type': 'int'}, 'prometheus'),
@@ -116,7 +120,7 @@ def known_specs(roles_dir=ROLES_DIR):
     return out
 
 
-GROUPS = ('inventory', 'check', 'watchdog', 'rollout')
+GROUPS = ('inventory', 'check', 'watchdog', 'rollout', 'history')
 
 
 def specs_of(groups, roles_dir=ROLES_DIR):
