@@ -64,8 +64,9 @@ class Box(object):
             handle.write('[Unit]\nDescription=Authorization Manager\n[Service]\nType=dbus\nBusName=org.freedesktop.PolicyKit1\n'
                          'ExecStart=/usr/lib/polkit-1/polkitd --no-debug\n')
         self.standins = Standins(self.work, sim.base_url)
+        # run_units: `systemctl start vllm-watchdog.service` runs the service's command as systemd would.
         self.standins.write({'vllm': {'server': server_id, 'state': 'auto', 'load_seconds': 1}},
-                            unit_dirs=[self.units, self.path('/lib/systemd/system')])
+                            unit_dirs=[self.units, self.path('/lib/systemd/system')], run_units=True)
         # The watchdog's runs, as that user, call the stand-ins: their config, its lock and their log are its too.
         entry = pwd.getpwnam(user)
         for path in (self.standins.config + '.lock', self.standins.log):
@@ -102,27 +103,23 @@ class Box(object):
             parser.read_string(handle.read())
         return parser
 
+    def systemctl(self, *argv):
+        env = dict(self.standins.env(), PATH=STANDINS + os.pathsep + SYSTEM_PATH)
+        env.pop('ANSIBLE_CONNECTION_PLUGINS', None)
+        return subprocess.run([os.path.join(STANDINS, 'systemctl')] + list(argv), env=env, capture_output=True,
+                              text=True, timeout=600, check=False, stdin=subprocess.DEVNULL)
+
     def fire(self):
-        """One run of the timer: the service's command, as systemd runs it (its user, directory, environment); the
-        result recorded where the stand-in keeps what systemd knows of the unit (Result, ExecMainStatus)."""
-        service = self.unit('vllm-watchdog.service')['Service']
-        env = dict(line.split('=', 1) for line in shlex.split(service['Environment']))
-        env.update(PATH=STANDINS + os.pathsep + SYSTEM_PATH, LANG='C.UTF-8', USER=service['User'],
-                   MODELOPS_STANDIN_CONFIG=self.standins.config, MODELOPS_STANDIN_LOG=self.standins.log)
-        argv = shlex.split(service['ExecStart'])
-        if os.geteuid() == 0 and service['User'] != 'root':
-            argv = ['setpriv', '--reuid=%s' % service['User'], '--regid=%d' % pwd.getpwnam(service['User']).pw_gid,
-                    '--init-groups'] + argv
-        started = time.time()
-        proc = subprocess.run(argv, cwd=service['WorkingDirectory'], env=env, capture_output=True, text=True,
-                              timeout=600, check=False, stdin=subprocess.DEVNULL)
-        data = self.standins.data()
-        data.setdefault('units', {})['vllm-watchdog.service'] = {
-            'started': started, 'exited': time.time(), 'active': False, 'exec_main_status': proc.returncode,
-            'result': 'success' if proc.returncode == 0 else 'exit-code'}
-        with open(self.standins.config, 'w') as handle:
-            json.dump(data, handle)
-        return proc
+        """One run of the timer: ``systemctl start vllm-watchdog.service``, as the timer starts it; the stand-in runs
+        the service's command as systemd would (its User, WorkingDirectory, Environment, ExecStart), keeps its output
+        in the unit's journal and its result in what ``systemctl show`` says. Returns (the start, what the run
+        printed)."""
+        journal = os.path.join(self.work, 'journal', 'vllm-watchdog.service.log')
+        before = os.path.getsize(journal) if os.path.exists(journal) else 0
+        proc = self.systemctl('start', 'vllm-watchdog.service')
+        with open(journal) as handle:
+            handle.seek(before)
+            return proc, handle.read()
 
     def files(self):
         found = []
@@ -293,14 +290,18 @@ def test_install_run_status_and_remove_as_the_owner_does(box):
     assert acts_on(box.calls()[before:]) == [], box.calls()[before:]
 
     # ---- the timer fires: the stuck server is restarted by the watchdog's user, through systemctl
-    run = box.fire()
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    assert '%s/vllm: stuck - watchdog: restarted (restart: stuck (restart 1 of at most 3 in 24h00m))' % HOST \
-        in run.stdout, run.stdout[-3000:]
+    start, out = box.fire()
+    assert start.returncode == 0 and start.stdout == start.stderr == '', (start, out[-4000:])
+    assert '%s/vllm: stuck - watchdog: restarted (restart: stuck (restart 1 of at most 3 in 24h00m))' % HOST in out, out
     assert [call for call in acts_on(box.calls()) if call[1] == 'vllm'] == [('stop', 'vllm'), ('start', 'vllm')]
     assert box.sim.get(box.server_id)['restarts'] == 1
-    run = box.fire()  # the next run: the new process serves
-    assert run.returncode == 0 and '%s/vllm: idle - watchdog: no action' % HOST in run.stdout, run.stdout[-3000:]
+    start, out = box.fire()  # the next run: the new process serves
+    assert start.returncode == 0 and '%s/vllm: idle - watchdog: no action' % HOST in out, out
+    # what the runs printed is where journald keeps it: journalctl -u vllm-watchdog
+    journal = subprocess.run([os.path.join(STANDINS, 'journalctl'), '-u', 'vllm-watchdog', '--no-pager'],
+                             env=dict(box.standins.env(), PATH=STANDINS + os.pathsep + SYSTEM_PATH), capture_output=True,
+                             text=True, timeout=60, check=False).stdout
+    assert re.search(r' vllm-watchdog\[\d+\]: %s/vllm: stuck - watchdog: restarted ' % HOST, journal), journal
 
     # ---- its state: the timer, its last run, the restart and why
     proc = box.playbook('local_status')
@@ -327,8 +328,10 @@ def test_install_run_status_and_remove_as_the_owner_does(box):
 
     # ---- the same hang again right after the restart: the watchdog asks a human, and the status says why
     servers.stuck(box.sim, box.server_id)
-    run = box.fire()
-    assert run.returncode == 2, run.stdout[-3000:]
+    start, out = box.fire()
+    assert start.returncode == 1 and start.stderr.startswith('Job for vllm-watchdog.service failed because the control '
+                                                             'process exited with error code.'), (start, out)
+    assert '%s/vllm: stuck - watchdog: NEEDS A HUMAN (stuck again ' % HOST in out, out
     proc = box.playbook('local_status')
     assert proc.returncode == 2, proc.stdout[-3000:]
     lines = summary_lines(proc.stdout)

@@ -82,7 +82,10 @@ import fcntl
 import hashlib
 import json
 import os
+import pwd
+import shlex
 import socket
+import subprocess
 import sys
 import time
 
@@ -153,6 +156,7 @@ class Config(object):
     def close(self):
         if self.dirty:
             self.save()
+            self.dirty = False
         if self._lock is not None:
             fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
             self._lock.close()
@@ -496,14 +500,76 @@ def file_unit_values(config, name, path, unix):
     return values
 
 
+def _section(path, name):
+    """{key: [values]} of one section of a unit file."""
+    out, section = {}, None
+    with open(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if line.startswith('['):
+                section = line[1:-1]
+            elif section == name and '=' in line and not line.startswith(('#', ';')):
+                key, value = line.split('=', 1)
+                out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def journal_path(config, name):
+    return os.path.join(os.path.dirname(config.path), 'journal', _full(name) + '.log')
+
+
+def run_oneshot(config, name, path):
+    """systemd's start of a oneshot service, when the config says ``run_units``: its ExecStart, as its User (through
+    setpriv, when the stand-in runs as root), in its WorkingDirectory, with its Environment and the caller's PATH (the
+    stand-ins stay first: what the run asks of systemd comes back here). Its output goes to the unit's journal
+    (``journal/<unit>.log`` beside the config, what ``journalctl -u`` prints), its result into the config. The config
+    is not held while it runs: the run calls the stand-ins too."""
+    service = _section(path, 'Service')
+    argv = shlex.split(service['ExecStart'][-1].lstrip('-@+!'))
+    env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'LANG': 'C.UTF-8', CONFIG_ENV: config.path}
+    if os.environ.get(LOG_ENV):
+        env[LOG_ENV] = os.environ[LOG_ENV]
+    for line in service.get('Environment', []):
+        env.update(item.split('=', 1) for item in shlex.split(line) if '=' in item)
+    user = (service.get('User') or [''])[-1]
+    if user and user != 'root' and os.geteuid() == 0:
+        entry = pwd.getpwnam(user)
+        argv = ['setpriv', '--reuid=%d' % entry.pw_uid, '--regid=%d' % entry.pw_gid, '--init-groups'] + argv
+    env['USER'] = user or pwd.getpwuid(os.geteuid()).pw_name
+    journal = journal_path(config, name)
+    os.makedirs(os.path.dirname(journal), exist_ok=True)
+    config.close()
+    started = round(time.time(), 3)
+    with open(journal, 'a') as out:
+        out.flush()
+        rc = subprocess.call(argv, cwd=(service.get('WorkingDirectory') or ['/'])[-1], env=env, stdout=out,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             timeout=float(config.data.get('run_timeout', 1800)))
+    again = Config(config.path)
+    try:
+        _record(again, name).update(runs=int(_record(again, name).get('runs', 0) or 0) + 1, started=started,
+                                    exited=round(time.time(), 3), active=False, exec_main_status=rc,
+                                    result='success' if rc == 0 else 'exit-code')
+    finally:
+        again.close()
+    config.data = again.data
+    if rc != 0:
+        raise StandinError('Job for %s failed because the control process exited with error code.\nSee "systemctl '
+                           'status %s" and "journalctl -xeu %s" for details.' % ((_full(name),) * 3), 1)
+
+
 def start_file_unit(config, name):
-    record = _record(config, name)
     now = round(time.time(), 3)
+    path = unit_file(config, name)
     if _full(name).endswith('.service'):
-        # A oneshot service: the run starts and ends (the stand-in never runs its command); the result is kept.
+        if config.data.get('run_units') and path and (_section(path, 'Service').get('Type') or ['simple'])[-1] == 'oneshot':
+            run_oneshot(config, name, path)
+            return
+        # A oneshot service whose command the stand-in does not run: the run starts and ends, its result is kept.
+        record = _record(config, name)
         record.update(runs=int(record.get('runs', 0) or 0) + 1, started=now, exited=now, active=False)
     else:
-        record.update(active=True, since=now)
+        _record(config, name).update(active=True, since=now)
 
 
 def stop_file_unit(config, name):
@@ -644,6 +710,12 @@ def journalctl(config, argv):
     out = []
     for unit in units:
         if config.service(unit) is None:
+            # A unit of a file: what its runs printed (run_units), as journald keeps it.
+            journal = journal_path(config, unit)
+            if os.path.isfile(journal):
+                with open(journal) as handle:
+                    out += ['%s %s %s[%d]: %s' % (_iso_local(os.path.getmtime(journal)), host, _unit(unit), 4000,
+                                                  line.rstrip('\n')) for line in handle]
             continue
         for line in log_lines(config, unit, count):
             out.append('%s %s %s[%d]: %s' % (_iso_local(time.time()), host, unit, 4000, line))
