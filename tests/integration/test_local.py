@@ -348,8 +348,8 @@ def test_install_run_status_and_remove_as_the_owner_does(box):
     lines = summary_lines(proc.stdout)
     assert lines[0] == ('%s: removed %s/etc/systemd/system/vllm-watchdog.timer, %s/etc/systemd/system/vllm-watchdog.service, '
                         '%s/etc/polkit-1/rules.d/50-vllm-watchdog.rules, %s; kept %s (the verdict history and the '
-                        'evidence of every restart) and the user %s (vllm_local_purge: true removes both)'
-                        % (HOST, box.root, box.root, box.root, box.home, box.state, box.user)), lines
+                        'evidence of every restart); vllm_local_purge: true removes it'
+                        % (HOST, box.root, box.root, box.root, box.home, box.state)), lines
     assert acts_on(box.calls()[before:]) == [('disable', 'vllm-watchdog.timer'), ('stop', 'vllm-watchdog.timer')]
     assert ['systemctl', 'daemon-reload'] in box.calls()[before:]
     left = box.files()
