@@ -41,7 +41,7 @@ help:
 	@echo '  make demo         run the demo (scripts/demo.py) in .venv'
 	@echo '  make try          leave a sandbox running (simulated vLLM servers on 127.0.0.1:28000-28099, an inventory,'
 	@echo '                    stand-ins): every command of the docs runs against it; prints the line to source'
-	@echo '  make try-stop     stop the sandbox and remove $(TRY_DIR)'
+	@echo '  make try-stop     stop the sandbox and remove its own files from $(TRY_DIR) (yours stay)'
 	@echo 'Tiers (each creates .venv first if needed):'
 	@echo '  make lint         ansible-lint (production profile) + antsibull-changelog lint'
 	@echo '  make unit         pytest tests/unit'
