@@ -115,11 +115,9 @@ def watchdog_history(hosts, hostvars, register='_vllm_history'):
             if item.get('needs_human') or item.get('failed_restart'):
                 human.append(who)
     window = 'since %s' % since if since else 'in all its history'
+    named = [', '.join(items) or 'none' for items in (restarts, reboots, human, [h.split(' ', 1)[0] for h in not_read])]
     headline = ('vLLM watchdog history %s: %d instance(s) on %d host(s), %d run(s); restarts: %s; host reboots: %s; '
-                'asked a human: %s; not read: %s' % (window, instances, len(hosts) - len(not_read), runs,
-                                                      ', '.join(restarts) or 'none', ', '.join(reboots) or 'none',
-                                                      ', '.join(human) or 'none',
-                                                      ', '.join(h.split(' ', 1)[0] for h in not_read) or 'none'))
+                'asked a human: %s; not read: %s' % tuple([window, instances, len(hosts) - len(not_read), runs] + named))
     return {'lines': lines, 'headline': headline, 'restarts': restarts, 'reboots': reboots, 'needs_human': human,
             'not_read': not_read}
 

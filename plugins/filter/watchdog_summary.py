@@ -173,8 +173,9 @@ def reason(item):
         # A host that failed before a verdict: its line is all there is.
         return _clip(item.get('line') or '%s: watchdog: %s' % (item.get('state') or 'unknown', ACTED.get(action, action)),
                      1000)
-    text = '%s: %s - watchdog: %s (%s)' % (item.get('state') or 'unknown', _clip(item.get('reason'), 400) or '?',
-                                          ACTED.get(action, action), _clip(item.get('decision'), 400) or '?')
+    text = '%s: %s - watchdog: %s (%s)' % (
+        item.get('state') or 'unknown', _clip(item.get('reason'), 400) or '?', ACTED.get(action, action),
+        _clip(item.get('decision'), 400) or '?')
     if item.get('after'):
         text += ' -> now %s' % _clip(item['after'], 40)
     if item.get('evidence_file'):

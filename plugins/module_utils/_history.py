@@ -26,6 +26,7 @@ __metaclass__ = type
 
 import calendar
 import json
+import math
 import os
 import re
 import time
@@ -249,7 +250,7 @@ def _action(record):
 
 def _failed_at(failed):
     at = (failed or {}).get('at')
-    return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and at == at else None
+    return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) else None
 
 
 def outcome(later, failed=None, at=None):
@@ -369,8 +370,8 @@ def summary(who, records, since, failed=None):
     runs = [item for item in records if not item[1].get('step')]
     if runs:
         at, record = runs[-1]
-        line += '; the last run %s: %s, %s' % (iso(at), _state(record),
-                                                 ACTION_WORDS.get(_action(record), _action(record)))
+        action = _action(record)
+        line += '; the last run %s: %s, %s' % (iso(at), _state(record), ACTION_WORDS.get(action, action))
     if failed is not None:
         line += '; a failed restart is recorded in %s (%s): the host fails on every run until the server serves ' \
                 'again or a human removes it' % (failed.get('path'), one_line(failed.get('error') or '?', 200))

@@ -18,16 +18,13 @@ Ports: the simulator on 127.0.0.1:28800-28899 (tests/support/ports.py).
 """
 
 import configparser
-import json
 import os
 import pwd
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 import yaml
@@ -276,8 +273,8 @@ def test_install_run_status_and_remove_as_the_owner_does(box):
     state = os.stat(box.state)
     assert (state.st_uid, state.st_mode & 0o777) == (user.pw_uid, 0o750)  # the watchdog's gate trusts nothing else
     hosts = os.stat(os.path.join(box.home, 'inventory', 'hosts.yml'))
-    assert (hosts.st_uid, hosts.st_gid, hosts.st_mode & 0o777) == (0 if os.geteuid() == 0 else user.pw_uid,
-                                                                     user.pw_gid, 0o640)
+    owner = 0 if os.geteuid() == 0 else user.pw_uid
+    assert (hosts.st_uid, hosts.st_gid, hosts.st_mode & 0o777) == (owner, user.pw_gid, 0o640)
     for name in ('vllm-watchdog.service', 'vllm-watchdog.timer'):
         st = os.stat(os.path.join(box.units, name))
         assert st.st_mode & 0o777 == 0o644 and st.st_uid == os.geteuid(), name

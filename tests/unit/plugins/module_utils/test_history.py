@@ -182,8 +182,8 @@ def test_runs_with_the_same_verdict_and_action_are_one_event_and_a_restart_its_o
                     record('2026-12-01T03:15:00Z', 'idle'), record('2026-12-01T03:20:00Z', 'idle'))
     evidence = [(at('2026-12-01T03:10:02Z'), '/s/evidence/vllm-20261201T031002Z.json')]
     listed = history.events(records, None, 'changes', evidence)
-    assert [(e['kind'], e['state'], e['runs']) for e in listed] == [('runs', 'busy', 2), ('restart', 'stuck', 1),
-                                                                       ('runs', 'idle', 2)]
+    assert [(e['kind'], e['state'], e['runs']) for e in listed] == [
+        ('runs', 'busy', 2), ('restart', 'stuck', 1), ('runs', 'idle', 2)]
     lines = [history.event_line('gb10/vllm', e) for e in listed]
     assert lines == [
         'gb10/vllm: 2026-12-01T03:00:00Z busy - busy reason [2 runs, the last 2026-12-01T03:05:00Z]',
@@ -273,8 +273,8 @@ def test_whatever_a_history_holds_its_report_is_lines_and_never_an_error(tmp_pat
 
 
 def test_a_record_that_is_json_but_not_what_the_gate_writes_is_not_a_run():
-    found = {'records': [{'time': 5}, {'state': 'stuck'}, {'time': '2026-12-01T03:00:00Z', 'state': ['x'],
-                                                          'action': {'a': 1}}],
+    odd = {'time': '2026-12-01T03:00:00Z', 'state': ['x'], 'action': {'a': 1}}
+    found = {'records': [{'time': 5}, {'state': 'stuck'}, odd],
              'damaged': [], 'cut': [], 'problems': [], 'history': None, 'failed': None, 'evidence': []}
     said = history.report('h/vllm', found, None)
     assert said['runs'] == 1 and said['lines'][-2].startswith('h/vllm: 2 line(s) of the verdict history skipped')
