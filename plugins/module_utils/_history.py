@@ -214,6 +214,8 @@ def read_instance(state_dir, name, max_bytes=MAX_BYTES):
         if data is not None:
             out[key] = dict(data, path=path) if key == 'failed' else data
     try:
+        if os.path.islink(paths['evidence']):
+            raise statedir.StateError('%s is a symbolic link: not followed' % paths['evidence'])
         names = _listing(paths['evidence'], MAX_EVIDENCE)
     except statedir.StateError as exc:
         out['problems'].append(str(exc))

@@ -155,9 +155,13 @@ def test_read_instance_names_what_it_cannot_trust_and_reads_the_rest(tmp_path):
     os.mkfifo(str(tmp_path / 'vllm.verdicts.jsonl.1'))  # would block a reader forever
     os.symlink('/etc/shadow', str(tmp_path / 'vllm.restart-failed'))
     (tmp_path / 'vllm.json').write_text('not json')
+    (tmp_path / 'elsewhere').mkdir()
+    (tmp_path / 'elsewhere' / 'vllm-20261201T030000Z.json').write_text('{}')
+    os.symlink(str(tmp_path / 'elsewhere'), str(tmp_path / 'evidence'))  # a planted link: not listed through
     found = history.read_instance(str(tmp_path), 'vllm')
     assert [r['time'] for r in found['records']] == ['2026-12-01T03:00:00Z']
-    assert len(found['problems']) == 3 and found['failed'] is None, found['problems']
+    assert len(found['problems']) == 4 and found['failed'] is None and found['evidence'] == [], found['problems']
+    assert found['problems'][3] == '%s is a symbolic link: not followed' % (tmp_path / 'evidence')
     assert 'is not a regular file' in found['problems'][0] and found['problems'][1].endswith('vllm.json is not JSON')
     assert 'symbolic link' in found['problems'][2]
 
