@@ -15,6 +15,9 @@ VENV ?= .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 REQUIREMENTS := requirements/test.txt requirements/constraints.txt requirements/collection.txt
+# `make demo` needs only ansible-core, requests and py-spy (requirements/demo.txt), not the test stack.
+DEMO_STAMP := $(VENV)/.demo-installed
+DEMO_REQUIREMENTS := requirements/demo.txt requirements/constraints.txt requirements/collection.txt
 
 # The collection, importable as ansible_collections.modelops.vllm, through a
 # symlink to this work tree (used by pytest, ansible-playbook, the demo).
@@ -38,10 +41,10 @@ TIERS := lint unit build sanity molecule versions integration
 help:
 	@echo 'User-facing:'
 	@echo '  make test         create .venv (first run only) and run every tier: $(TIERS)'
-	@echo '  make demo         run the demo (scripts/demo.py) in .venv'
+	@echo '  make demo         run the demo (scripts/demo.py) in .venv (which it makes with requirements/demo.txt only)'
 	@echo '  make try          leave a sandbox running (simulated vLLM servers on 127.0.0.1:28000-28099, an inventory,'
 	@echo '                    stand-ins): every command of the docs runs against it; prints the line to source'
-	@echo '  make try-stop     stop the sandbox and remove $(TRY_DIR)'
+	@echo '  make try-stop     stop the sandbox and remove its own files from $(TRY_DIR) (yours stay)'
 	@echo 'Tiers (each creates .venv first if needed):'
 	@echo '  make lint         ansible-lint (production profile) + antsibull-changelog lint'
 	@echo '  make unit         pytest tests/unit'
@@ -68,6 +71,15 @@ $(STAMP): $(REQUIREMENTS)
 	@if [ ! -x $(VENV)/bin/python ]; then echo "venv: creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); fi
 	@echo "venv: installing requirements/test.txt"
 	@$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/test.txt 2>&1 | { grep -v '$(PIP_NOISE)' || true; }
+	@$(VENV)/bin/python -m pip check
+	@touch $@
+
+# The demo's part of .venv: ansible-core, requests, py-spy (with the full test stack in place, nothing to add).
+$(DEMO_STAMP): $(DEMO_REQUIREMENTS)
+	@command -v $(PYTHON) >/dev/null || { echo "ERROR: $(PYTHON) not found (set PYTHON=/path/to/python3.11)"; exit 1; }
+	@if [ ! -x $(VENV)/bin/python ]; then echo "venv: creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); fi
+	@echo "venv: installing requirements/demo.txt (ansible-core, requests, py-spy)"
+	@$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/demo.txt 2>&1 | { grep -v '$(PIP_NOISE)' || true; }
 	@$(VENV)/bin/python -m pip check
 	@touch $@
 
@@ -134,7 +146,7 @@ build: $(STAMP)
 test: $(STAMP)
 	scripts/run-tiers.sh $(TIERS)
 
-demo: $(STAMP) collection-link
+demo: $(DEMO_STAMP) collection-link
 	scripts/ensure-nginx.sh
 	@if [ ! -f scripts/demo.py ]; then echo "demo: scripts/demo.py does not exist yet"; exit 1; fi
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)

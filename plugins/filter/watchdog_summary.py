@@ -71,6 +71,13 @@ _value:
       description: The hosts that did not answer (or failed before a verdict).
       type: list
       elements: str
+    reasons:
+      description:
+        - Why, for every instance that was restarted, rebooted, needs a human or did not answer, by C(host/instance)
+          (the keys of RV(_value.restarted), RV(_value.rebooted), RV(_value.failed) and each unreachable host's
+          instances). One line each, at most about 1000 characters, for a notification to say why. The verdict
+          and its reason, what the watchdog did and why, the verdict after a restart, and the evidence file.
+      type: dict
     textfile_errors:
       description: For every host whose textfile could not be written, C(<host>) and why, as one string.
       type: list
@@ -147,6 +154,35 @@ def said_counts(counts, states=None):
     return ', '.join('%d %s' % (counts[state], state) for state in (counts if states is None else states))
 
 
+# What a result says, in the words of the one-line report.
+ACTED = {'restarted': 'restarted', 'restart failed': 'restart FAILED', 'restart stopped': 'restart STOPPED',
+         'rebooted': 'rebooted the host', 'reboot failed': 'reboot FAILED', 'fail': 'NEEDS A HUMAN',
+         'unreachable': 'host UNREACHABLE'}
+
+
+def _clip(value, limit):
+    text = ' '.join(str(value or '').split())
+    return text if len(text) <= limit else text[:limit] + '...'
+
+
+def reason(item):
+    """Why, in one line, for a result the watchdog acted on or asks a human about: the verdict and its reason, what
+    it did and why, the verdict after it, the evidence."""
+    action = str(item.get('action') or 'none')
+    if not item.get('reason') and not item.get('decision'):
+        # A host that failed before a verdict: its line is all there is.
+        return _clip(item.get('line') or '%s: watchdog: %s' % (item.get('state') or 'unknown', ACTED.get(action, action)),
+                     1000)
+    text = '%s: %s - watchdog: %s (%s)' % (
+        item.get('state') or 'unknown', _clip(item.get('reason'), 400) or '?', ACTED.get(action, action),
+        _clip(item.get('decision'), 400) or '?')
+    if item.get('after'):
+        text += ' -> now %s' % _clip(item['after'], 40)
+    if item.get('evidence_file'):
+        text += ' [evidence %s]' % _clip(item['evidence_file'], 200)
+    return text
+
+
 def watchdog_summary(results, hostvars=None):
     if hostvars is not None:
         results = play_results(results, hostvars)
@@ -159,6 +195,7 @@ def watchdog_summary(results, hostvars=None):
     unreachable = []
     lines = []
     textfile = {}
+    reasons = {}
     for item in results:
         if not isinstance(item, dict):
             raise AnsibleFilterError('watchdog_summary expects dicts, got %s' % type(item).__name__)
@@ -171,6 +208,8 @@ def watchdog_summary(results, hostvars=None):
             failed.append(who)
         if _truthy(item.get('unreachable')) and item.get('host') not in unreachable:
             unreachable.append(item.get('host'))
+        if any(_truthy(item.get(key)) for key in ('restarted', 'rebooted', 'failed', 'unreachable')):
+            reasons[who] = reason(item)
         lines.append(' '.join(str(item.get('line') or who).split()))
         if item.get('textfile_error'):
             textfile.setdefault(str(item.get('host')), ' '.join(str(item['textfile_error']).split()))
@@ -185,7 +224,7 @@ def watchdog_summary(results, hostvars=None):
     if textfile:
         headline += '; textfile not written: %s' % ', '.join(textfile)
     return {'counts': counts, 'restarted': restarted, 'rebooted': rebooted, 'failed': failed, 'unreachable': unreachable,
-            'lines': lines,
+            'reasons': reasons, 'lines': lines,
             'textfile_errors': textfile_errors, 'headline': headline}
 
 

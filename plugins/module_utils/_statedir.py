@@ -295,3 +295,39 @@ def tail_json(path, count, limit=MAX_READ):
     first, lines = _tail(path, count, limit)
     records, damaged = json_lines(lines, first)
     return records, ['%s %s' % (path, problem) for problem in damaged]
+
+
+def read_tail(path, limit=MAX_READ):
+    """The end of a file that may be large: its last ``limit`` bytes, from the first whole line in them.
+
+    ``(text, cut)``: ``cut`` is True when the file was longer, so its first lines were left out. ``(None, False)``
+    when it does not exist. StateError when it cannot be trusted (a link, a FIFO, a directory): the same rules as
+    ``read_text``, and never more than ``limit`` + 1 bytes read, however large the file."""
+    try:
+        fd = _open_regular(path, os.O_RDONLY)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None, False
+        raise StateError('%s cannot be read: %s' % (path, exc.strerror))
+    try:
+        size = os.fstat(fd).st_size
+        cut = size > limit
+        # One byte before the window too: whether the window starts on a line of its own.
+        start = size - limit - 1 if cut else 0
+        chunks, want = [], size - start
+        while want > 0:
+            data = os.pread(fd, want, start + sum(len(c) for c in chunks))
+            if not data:
+                break
+            chunks.append(data)
+            want -= len(data)
+    except OSError as exc:
+        raise StateError('%s cannot be read: %s' % (path, exc.strerror))
+    finally:
+        os.close(fd)
+    raw = b''.join(chunks)
+    if cut:
+        # Only what follows the first line break is a whole line (a line longer than the window is not read).
+        newline = raw.find(b'\n')
+        raw = raw[newline + 1:] if newline >= 0 else b''
+    return raw.decode('utf-8', 'replace'), cut

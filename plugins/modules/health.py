@@ -237,6 +237,9 @@ notes:
   - The API key and a password in O(url) never appear in the result, in any spelling (raw, escaped, quoted).
   - V0 servers and V1 0.7.x observe idle zeros into the step histogram; for them (told by C(/version), or by V0-only
     series) the step count is not taken as progress.
+  - What to do about each verdict (what the watchdog does with it, what to check next, the command that shows it) is
+    in the collection's C(docs/runbook.md); C(ansible-galaxy collection list modelops.vllm) shows where the collection
+    is installed.
 seealso:
   - name: vLLM production metrics
     description: The metrics vLLM exposes on C(/metrics).

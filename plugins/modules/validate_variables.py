@@ -21,7 +21,8 @@ description:
   - The names it knows are the options of the roles P(modelops.vllm.watchdog#role) and P(modelops.vllm.rollout#role)
     (their C(meta/argument_specs.yml)), the inventory conventions of docs/fleet.md (C(vllm_url), C(vllm_kind),
     C(vllm_api_key), C(vllm_model), C(vllm_instances), C(vllm_validate_certs), C(vllm_ca_path)), the settings of the
-    shipped playbooks (C(vllm_check_*), C(vllm_watchdog_hosts), C(vllm_watchdog_become), C(vllm_watchdog_one_host)),
+    shipped playbooks (C(vllm_check_*), C(vllm_watchdog_hosts), C(vllm_watchdog_become), C(vllm_watchdog_one_host),
+    C(vllm_history_*)),
     the variables of the Prometheus rules template (C(vllm_prometheus_*)) and of the rulebook (C(vllm_eda_*)), and the
     facts the collection sets (C(vllm_health), C(vllm_health_servers), C(vllm_check), C(vllm_checks),
     C(vllm_watchdog_results)). C(vllm_own_variables), a list set on a host, names variables of your own that start
@@ -49,7 +50,8 @@ options:
     description:
       - Whose values are validated. V(inventory) the conventions of docs/fleet.md (C(vllm_kind), ...); V(check) the
         C(vllm_check_*) settings; V(watchdog) the options of the watchdog role and its playbook's settings; V(rollout)
-        the options of the rollout role. The names of every part are known whatever this says.
+        the options of the rollout role; V(history) the settings of the history playbook (C(vllm_history_*)). The
+        names of every part are known whatever this says.
     type: list
     elements: str
     default: [inventory, check]

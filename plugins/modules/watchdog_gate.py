@@ -52,6 +52,10 @@ description:
     fresh restart budget. Restart and start times in the future are ignored, and the reason says so. A restart that
     failed (O(record_failure)) keeps the instance failing until it is healthy again or a human removes
     C(<state_dir>/<name>.restart-failed).
+notes:
+  - What to do for each verdict and each RV(instances[].action=fail) (what the watchdog did, what to check next, the
+    command that shows it) is in the collection's C(docs/runbook.md); C(ansible-galaxy collection list modelops.vllm)
+    shows where the collection is installed. M(modelops.vllm.watchdog_history) reads back what this module keeps.
 author:
   - modelops.vllm maintainers (@modelops)
 extends_documentation_fragment:

@@ -33,6 +33,7 @@ LOOKS_OURS = re.compile(r'^v+l+m+_', re.IGNORECASE)
 
 # name: (argument spec of the value, group). The groups: inventory (the conventions of docs/fleet.md), check
 # (playbooks/fleet_check.yml and check.yml, their header), watchdog (playbooks/watchdog.yml's play settings),
+# history (playbooks/history.yml's settings), local_timer (playbooks/local_*.yml's settings),
 # prometheus (the variables of extensions/prometheus/vllm.rules.yml.j2), eda (the rulebook's), fact (set by the
 # collection: a fact cache keeps them between runs; never a typo, never validated). A value is validated by its
 # spec, as the roles' options are by theirs.
@@ -62,6 +63,11 @@ CONVENTIONS = {
     'vllm_watchdog_hosts': ({'type': 'str'}, 'watchdog'),
     'vllm_watchdog_become': ({'type': 'bool'}, 'watchdog'),
     'vllm_watchdog_one_host': ({'type': 'bool'}, 'watchdog'),
+    # playbooks/history.yml's settings (its header).
+    'vllm_history_since': ({'type': 'str'}, 'history'),
+    'vllm_history_show': ({'type': 'str', 'choices': ['changes', 'actions', 'all']}, 'history'),
+    # playbooks/local_install.yml, local_status.yml and local_remove.yml (their header).
+    'vllm_local_become': ({'type': 'bool'}, 'local_timer'),
     # extensions/prometheus/vllm.rules.yml.j2 (docs/prometheus.md).
     'vllm_prometheus_stuck_seconds': ({'type': 'int'}, 'prometheus'),
     'vllm_prometheus_check_seconds': ({'type': 'int'}, 'prometheus'),
@@ -91,7 +97,7 @@ NOT_SET = object()
 SECRET = re.compile(r'(api_key|token|password|secret)', re.IGNORECASE)
 
 # The roles whose options are known; each entry point's options (the rollout's preflight shares main's).
-ROLES = ('watchdog', 'rollout')
+ROLES = ('watchdog', 'rollout', 'local_timer')
 
 _SPECS = {}
 
@@ -118,7 +124,7 @@ def known_specs(roles_dir=ROLES_DIR):
     return out
 
 
-GROUPS = ('inventory', 'check', 'watchdog', 'rollout')
+GROUPS = ('inventory', 'check', 'watchdog', 'rollout', 'history', 'local_timer')
 
 
 def specs_of(groups, roles_dir=ROLES_DIR):

@@ -45,8 +45,8 @@ PORTS = (28000, 28099)
 MARKER = re.compile(r'<!-- try(?::\s*(?P<arg>[^>]*?))?\s*-->[ \t]*\n```(?P<lang>[\w-]*)\n(?P<body>.*?)\n```', re.S)
 EXAMPLE = re.compile(r'<!-- example: ([\w-]+) -->\s*\n```[\w-]*\n(.*?)\n```', re.S)
 # The pages whose commands run against the sandbox (a page that loses its markers fails here).
-PAGES = ['README.md', 'docs/adhoc.md', 'docs/awx.md', 'docs/fleet.md', 'docs/prometheus.md', 'docs/rollout.md',
-         'docs/schedule.md']
+PAGES = ['README.md', 'docs/adhoc.md', 'docs/awx.md', 'docs/fleet.md', 'docs/local.md', 'docs/prometheus.md',
+         'docs/rollout.md', 'docs/schedule.md']
 SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
 
@@ -106,7 +106,10 @@ class Sandbox:
         return out
 
     def fresh(self):
+        """A sandbox as a new reader has it: stopped, then nothing left of an earlier page (try-stop keeps what a
+        reader wrote there), then started."""
         make('try-stop', 'TRY_DIR=%s' % self.dir)
+        shutil.rmtree(self.dir, ignore_errors=True)
         return self.start()
 
     def stop(self):
@@ -288,10 +291,16 @@ def test_awx_without_awx(sandbox):
     assert 'gb10-busy/vllm: busy - watchdog: no action (busy: nothing to do)' in out, out[-5000:]
     assert 'gb10-stuck/vllm: stuck - watchdog: restarted (restart: stuck' in out, out[-5000:]
     artifacts = json.loads(output_of(results, 'playbook_on_stats'))
+    reasons = artifacts.pop('vllm_watchdog_reasons')
     assert artifacts == {'vllm_watchdog_counts': {'busy': 2, 'down': 1, 'idle': 1, 'stuck': 1},
                          'vllm_watchdog_needs_human': [], 'vllm_watchdog_rebooted': [],
                          'vllm_watchdog_restarted': ['gb10-stuck/vllm'],
                          'vllm_watchdog_unreachable': []}
+    # Why, for the one it restarted: the verdict's reason, the decision, what came of it, the evidence.
+    assert list(reasons) == ['gb10-stuck/vllm'], reasons
+    assert re.match(r'^stuck: 2 request\(s\) in flight and no counter or KV-cache gauge moved .* - watchdog: restarted '
+                    r'\(restart: stuck \(restart 1 of at most 3 in 24h00m\)\) -> now idle \[evidence \S+/state/gb10-stuck/'
+                    r'evidence/vllm-\d{8}T\d{6}Z\.json\]$', reasons['gb10-stuck/vllm']), reasons
     assert sandbox.restarts() == ['vllm-gb10-stuck']  # once, by the stand-in systemctl
     assert sandbox.sim.get('gb10-stuck')['restarts'] == 1
     assert_untouched(sandbox, 'gb10-busy', 'gb10-prefill', 'gb10-idle')
@@ -352,24 +361,74 @@ def test_prometheus_page(sandbox):
     assert sandbox.restarts() == ['vllm-gb10-stuck']  # the first watchdog run's, once
 
 
-def test_try_reset_starts_the_sandbox_afresh(sandbox):
+def test_try_reset_starts_the_sandbox_afresh_and_keeps_what_the_user_wrote(sandbox):
     """try_reset (env.sh) puts every server back in its first state, removes the watchdog's state and the
-    stand-ins' log, and leaves the shell in the sandbox; a page can then be followed from its start."""
+    stand-ins' log, and leaves the shell in the sandbox; a page can then be followed from its start. What the
+    user wrote there (the pages have them write playbooks, ansible-runner's runner/ and its artifacts, rules/,
+    textfile/) stays, and still runs; make try-stop keeps it too, and says so."""
     sandbox.fresh()
-    proc = sandbox.run('ansible-playbook -i inventory modelops.vllm.watchdog >/dev/null\n'
+    adhoc = dict((arg, body) for arg, lang, body in blocks('docs/adhoc.md'))
+    awx = [body for arg, lang, body in blocks('docs/awx.md') if 'ansible-runner run' in body]
+    assert len(awx) == 1
+    with open(sandbox.path('check-line.yml'), 'w') as handle:  # the adhoc page's playbook, as its reader wrote it
+        handle.write(adhoc['write check-line.yml'] + '\n')
+    proc = sandbox.run(awx[0] + '\n'  # an ansible-runner job: its project, its artifacts
+                       'echo\n'  # the runner's status file has no line break
                        'ls state/gb10-stuck/vllm.json\n'
                        'try_reset\n'
                        'pwd\n'
                        'ls state\n'
                        'wc -c < standins.log\n'
+                       'cat runner/artifacts/watchdog-1/status; echo\n'
+                       'ansible-playbook -i inventory check-line.yml --limit gb10-stuck\n'
                        'ansible-playbook -i inventory modelops.vllm.check')
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines[0] == 'state/gb10-stuck/vllm.json' and lines[1] == sandbox.dir, lines  # pwd after the reset
-    assert lines[2] == '0', lines  # no state (ls prints nothing), the stand-ins' log empty
+    at = lines.index('state/gb10-stuck/vllm.json')
+    assert lines[at + 1:at + 4] == [sandbox.dir, '0', 'successful'], lines  # pwd, no state (ls: nothing), an empty log
+    assert [line for line in lines if line.startswith('gb10-stuck: stuck - ')], lines  # the user's playbook, afresh
     assert 'gb10-stuck: stuck - ' in proc.stdout, proc.stdout  # hung again: the reset's, not the restarted one
     assert sandbox.restarts() == []
     assert sandbox.sim.get('gb10-stuck')['restarts'] == 0
+    mine = sorted(name for name in os.listdir(sandbox.dir) if not name.startswith(('standins.', 'sandbox.')))
+    assert {'check-line.yml', 'runner'} <= set(mine), mine
+    assert os.path.isdir(sandbox.path('runner', 'artifacts', 'watchdog-1', 'job_events'))
+    out = sandbox.stop()
+    assert out.strip().endswith('kept yours: check-line.yml, runner'), out
+    assert sorted(os.listdir(sandbox.dir)) == ['check-line.yml', 'runner']  # the sandbox's own files are gone
+    out = sandbox.start()  # a sandbox again, beside them
+    assert out.strip().splitlines()[-1] == 'source %s' % sandbox.env_sh and os.path.isfile(sandbox.path('check-line.yml'))
+
+
+def test_local_timer_page(sandbox):
+    """docs/local.md in the sandbox: the timer installed under .cache/try/local/, its service started as systemd
+    would (it restarts gb10-stuck, through the stand-ins), its state with the restart and why, an unknown unit
+    refused, then removed."""
+    results = run_page(sandbox, 'docs/local.md')
+    out = output_of(results, 'modelops.vllm.local_install -e vllm_url=')
+    lines = summary_lines(out)
+    assert lines[0].startswith('spark-01: the watchdog runs *:0/5 (OnCalendar) as ') and 'restarting vllm-gb10-stuck.service' \
+        in lines[0], lines
+    assert '[Timer]\nOnCalendar=*:0/5\n' in out, out
+    journal = output_of(results, 'journalctl -u vllm-watchdog')
+    assert 'spark-01/vllm: stuck - watchdog: restarted (restart: stuck (restart 1 of at most 3 in 24h00m)) -> now idle' \
+        in journal, journal
+    lines = summary_lines(output_of(results, 'modelops.vllm.local_status'))
+    assert re.match(r'^vllm-watchdog\.timer: enabled and active; the last run \S+Z \(success\); the next \S+Z$', lines[0]), lines
+    restart = [line for line in lines if 'watchdog: restart (' in line]
+    assert len(restart) == 1 and restart[0].startswith('spark-01/vllm: ') and \
+        ' stuck - 2 request(s) in flight and no counter or KV-cache gauge moved' in restart[0], lines
+    refused = proc_of(results, 'vllm_watchdog_service=vllm-qwen').stdout
+    assert summary_lines(refused)[0].startswith('localhost: FAILED: vllm-qwen.service is not a unit of this host '
+                                                '(systemctl show vllm-qwen.service: LoadState=not-found)'), refused
+    removed = summary_lines(output_of(results, 'modelops.vllm.local_remove'))
+    assert removed[0].startswith('spark-01: removed %s/etc/systemd/system/vllm-watchdog.timer, ' % sandbox.path('local'))
+    assert not os.path.exists(sandbox.path('local', 'etc', 'systemd', 'system', 'vllm-watchdog.timer'))
+    assert os.path.isfile(sandbox.path('local', 'var', 'lib', 'vllm-watchdog', 'vllm.verdicts.jsonl'))  # kept
+    # gb10-stuck restarted once, by the timer's run; the timer itself enabled, started, then stopped, disabled
+    assert [name for name in sandbox.restarts() if name.startswith('vllm-gb10')] == ['vllm-gb10-stuck']
+    assert sandbox.sim.get('gb10-stuck')['restarts'] == 1
+    assert_untouched(sandbox, 'gb10-busy', 'gb10-prefill', 'gb10-idle')
 
 
 def test_rollout(sandbox):
@@ -478,6 +537,19 @@ def test_schedule(sandbox, tmp_path):
     for host in ('gb10-idle', 'gb10-busy', 'gb10-prefill', 'gb10-stuck', 'gb10-down'):
         assert '%s | CHANGED | rc=0 >>' % host in out, out[-3000:]
     assert out.count('"state": "stuck"') == 2, out  # gb10-busy's last, gb10-stuck's from the cron run
+    # The history playbook says the same in words: the two busy runs as one line, the restart with its reason, its
+    # decision and its evidence, the counts, the fleet.
+    said = summary_lines(output_of(results, 'modelops.vllm.history --limit gb10-busy'))
+    assert len(said) == 5 and said[-1] == '1 host(s): 1 ok, 0 changed, 0 failed, 0 unreachable', said
+    assert said[0].startswith('gb10-busy/vllm: %s busy - %s' % (history[0]['time'], history[1]['reason'][:200]))
+    assert said[0].endswith(' [2 runs, the last %s]' % history[1]['time']), said
+    assert said[1].startswith('gb10-busy/vllm: %s stuck - %s' % (history[2]['time'], history[2]['reason'][:200])), said
+    assert '; watchdog: restart (%s' % history[2]['decision'][:200] in said[1], said
+    assert re.search(r' -> no run since \[evidence %s/vllm-\d{8}T\d{6}Z\.json\]$'
+                     % re.escape(sandbox.path('state', 'gb10-busy', 'evidence')), said[1]), said
+    assert said[2].startswith('gb10-busy/vllm: 3 run(s) since ') and ': 2 busy, 1 stuck; 1 restart(s)' in said[2], said
+    assert said[3].endswith('1 instance(s) on 1 host(s), 3 run(s); restarts: gb10-busy/vllm (1); host reboots: none; '
+                            'asked a human: none; not read: none'), said
     lead_up = output_of(results, 'recent_verdicts').splitlines()
     assert [line.split()[1:] for line in lead_up] == [['busy', 'none'], ['busy', 'none'], ['stuck', 'restart']]
 

@@ -82,7 +82,10 @@ import fcntl
 import hashlib
 import json
 import os
+import pwd
+import shlex
 import socket
+import subprocess
 import sys
 import time
 
@@ -153,6 +156,7 @@ class Config(object):
     def close(self):
         if self.dirty:
             self.save()
+            self.dirty = False
         if self._lock is not None:
             fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
             self._lock.close()
@@ -411,53 +415,254 @@ def _unit(name):
     return name[:-len('.service')] if name.endswith('.service') else name
 
 
+# --------------------------------------------------------------------------- unit files (a timer and its service)
+
+UNIT_SUFFIXES = ('.service', '.timer', '.socket', '.target', '.path', '.mount', '.slice', '.scope')
+
+
+def _full(name):
+    """A unit's name as systemd spells it: ``vllm`` is ``vllm.service``."""
+    return name if name.endswith(UNIT_SUFFIXES) else name + '.service'
+
+
+def unit_file(config, name):
+    """The unit file of ``name`` in the config's ``unit_dirs`` (the first one is /etc/systemd/system's place), or
+    None: a unit systemd would not know."""
+    for directory in config.data.get('unit_dirs') or []:
+        path = os.path.join(directory, _full(name))
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _install_targets(path):
+    """The targets of the unit file's [Install] section (WantedBy=, RequiredBy=)."""
+    targets, section = [], None
+    with open(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if line.startswith('['):
+                section = line
+            elif section == '[Install]' and line.split('=', 1)[0].strip() in ('WantedBy', 'RequiredBy'):
+                kind = 'wants' if line.startswith('WantedBy') else 'requires'
+                targets += [(target, kind) for target in line.split('=', 1)[1].split()]
+    return targets
+
+
+def _links(config, name, path):
+    """The symbolic links ``systemctl enable`` makes for the unit: [(link, its target)]."""
+    home = (config.data.get('unit_dirs') or [os.path.dirname(path)])[0]
+    return [(os.path.join(home, '%s.%s' % (target, kind), _full(name)), path)
+            for target, kind in _install_targets(path)]
+
+
+def unit_file_state(config, name, path):
+    links = _links(config, name, path)
+    if not links:
+        return 'static'
+    return 'enabled' if any(os.path.islink(link) for link, dummy in links) else 'disabled'
+
+
+def _record(config, name):
+    """What the stand-in keeps about a unit of a file: whether it is active, its runs (a service), its last result."""
+    config.dirty = True
+    return config.data.setdefault('units', {}).setdefault(_full(name), {})
+
+
+def _timestamp(epoch, unix, unset=''):
+    if epoch is None:
+        return unset
+    if unix:
+        return '@%d' % int(epoch)
+    return datetime.datetime.fromtimestamp(epoch).astimezone().strftime('%a %Y-%m-%d %H:%M:%S %Z')
+
+
+def file_unit_values(config, name, path, unix):
+    """``systemctl show`` of a unit of a file: a timer (active: waiting for its next elapse, every 5 minutes here),
+    or a oneshot service (each start is one run, which ends at once with the recorded result)."""
+    full = _full(name)
+    record = dict((config.data.get('units') or {}).get(full) or {})
+    active = bool(record.get('active'))
+    values = {'Id': full, 'Names': full, 'LoadState': 'loaded', 'FragmentPath': path, 'NeedDaemonReload': 'no',
+              'UnitFileState': unit_file_state(config, name, path), 'MainPID': 0,
+              'ActiveState': 'active' if active else 'inactive'}
+    if full.endswith('.timer'):
+        now = time.time()
+        values.update(SubState='waiting' if active else 'dead',
+                      LastTriggerUSec=_timestamp(record.get('last_trigger'), unix, 'n/a'),
+                      NextElapseUSecRealtime=_timestamp((int(now) // 300 + 1) * 300 if active else None, unix, 'n/a'),
+                      Result='success')
+    else:
+        values.update(SubState='running' if active else 'dead', Result=record.get('result', 'success'),
+                      ExecMainStatus=record.get('exec_main_status', 0),
+                      ExecMainStartTimestamp=_timestamp(record.get('started'), unix),
+                      ExecMainExitTimestamp=_timestamp(record.get('exited'), unix))
+    return values
+
+
+def _section(path, name):
+    """{key: [values]} of one section of a unit file."""
+    out, section = {}, None
+    with open(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if line.startswith('['):
+                section = line[1:-1]
+            elif section == name and '=' in line and not line.startswith(('#', ';')):
+                key, value = line.split('=', 1)
+                out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def journal_path(config, name):
+    return os.path.join(os.path.dirname(config.path), 'journal', _full(name) + '.log')
+
+
+def run_oneshot(config, name, path):
+    """systemd's start of a oneshot service, when the config says ``run_units``: its ExecStart, as its User (through
+    setpriv, when the stand-in runs as root), in its WorkingDirectory, with its Environment and the caller's PATH (the
+    stand-ins stay first: what the run asks of systemd comes back here). Its output goes to the unit's journal
+    (``journal/<unit>.log`` beside the config, what ``journalctl -u`` prints), its result into the config. The config
+    is not held while it runs: the run calls the stand-ins too."""
+    service = _section(path, 'Service')
+    argv = shlex.split(service['ExecStart'][-1].lstrip('-@+!'))
+    env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'LANG': 'C.UTF-8', CONFIG_ENV: config.path}
+    if os.environ.get(LOG_ENV):
+        env[LOG_ENV] = os.environ[LOG_ENV]
+    for line in service.get('Environment', []):
+        env.update(item.split('=', 1) for item in shlex.split(line) if '=' in item)
+    user = (service.get('User') or [''])[-1]
+    if user and user != 'root' and os.geteuid() == 0:
+        entry = pwd.getpwnam(user)
+        argv = ['setpriv', '--reuid=%d' % entry.pw_uid, '--regid=%d' % entry.pw_gid, '--init-groups'] + argv
+    env['USER'] = user or pwd.getpwuid(os.geteuid()).pw_name
+    journal = journal_path(config, name)
+    os.makedirs(os.path.dirname(journal), exist_ok=True)
+    config.close()
+    started = round(time.time(), 3)
+    with open(journal, 'a') as out:
+        out.flush()
+        rc = subprocess.call(argv, cwd=(service.get('WorkingDirectory') or ['/'])[-1], env=env, stdout=out,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             timeout=float(config.data.get('run_timeout', 1800)))
+    again = Config(config.path)
+    try:
+        _record(again, name).update(runs=int(_record(again, name).get('runs', 0) or 0) + 1, started=started,
+                                    exited=round(time.time(), 3), active=False, exec_main_status=rc,
+                                    result='success' if rc == 0 else 'exit-code')
+    finally:
+        again.close()
+    config.data = again.data
+    if rc != 0:
+        raise StandinError('Job for %s failed because the control process exited with error code.\nSee "systemctl '
+                           'status %s" and "journalctl -xeu %s" for details.' % ((_full(name),) * 3), 1)
+
+
+def start_file_unit(config, name):
+    now = round(time.time(), 3)
+    path = unit_file(config, name)
+    if _full(name).endswith('.service'):
+        if config.data.get('run_units') and path and (_section(path, 'Service').get('Type') or ['simple'])[-1] == 'oneshot':
+            run_oneshot(config, name, path)
+            return
+        # A oneshot service whose command the stand-in does not run: the run starts and ends, its result is kept.
+        record = _record(config, name)
+        record.update(runs=int(record.get('runs', 0) or 0) + 1, started=now, exited=now, active=False)
+    else:
+        _record(config, name).update(active=True, since=now)
+
+
+def stop_file_unit(config, name):
+    _record(config, name)['active'] = False
+
+
+def _enable(config, units, command, now):
+    """``systemctl enable|disable [--now] UNIT...``: the links of its [Install] section, as systemd makes them."""
+    paths = []
+    for name in units:
+        path = unit_file(config, name)
+        if path is None:
+            raise StandinError('Failed to %s unit: Unit file %s does not exist.' % (command, _full(name)), 1)
+        paths.append((name, path))
+    for name, path in paths:
+        links = _links(config, name, path)
+        if not links:
+            sys.stderr.write('The unit files have no installation config (WantedBy=, RequiredBy=, Also=,\n'
+                             'Alias= settings in the [Install] section, and DefaultInstance= for template\n'
+                             'units). This means they are not meant to be enabled or disabled using systemctl.\n')
+        for link, target in links:
+            if command == 'enable' and not os.path.islink(link):
+                os.makedirs(os.path.dirname(link), exist_ok=True)
+                os.symlink(target, link)
+                sys.stderr.write('Created symlink %s \u2192 %s.\n' % (link, target))
+            elif command == 'disable' and os.path.islink(link):
+                os.unlink(link)
+                sys.stderr.write('Removed "%s".\n' % link)
+        if now:
+            (start_file_unit if command == 'enable' else stop_file_unit)(config, name)
+    return 0
+
+
 def systemctl(config, argv):
     options, args = _parse_options(argv, ('-p', '--property', '--timestamp', '-H', '--host', '-M'))
     if not args:
         raise StandinError('standin systemctl: no command given')
-    command, units = args[0], [_unit(u) for u in args[1:]]
+    command, names = args[0], args[1:]
+    units = [_unit(u) for u in names]
     if command == 'show':
         props = []
         for value in options.get('--property', []) + options.get('-p', []):
             props.extend(p for p in str(value).split(',') if p)
         props = props or ['Id', 'LoadState', 'ActiveState', 'SubState', 'ExecMainStartTimestamp']
         unix = 'unix' in options.get('--timestamp', [])
-        for index, unit in enumerate(units):
+        for index, (raw, unit) in enumerate(zip(names, units)):
             if index:
                 print('')
             svc = config.service(unit)
-            if svc is None:
-                values = {'Id': unit + '.service', 'LoadState': 'not-found', 'ActiveState': 'inactive',
-                          'SubState': 'dead', 'ExecMainStartTimestamp': '', 'MainPID': 0}
+            path = unit_file(config, raw) if svc is None else None
+            if path is not None:
+                values = file_unit_values(config, raw, path, unix)
+            elif svc is None:
+                values = {'Id': _full(raw), 'LoadState': 'not-found', 'ActiveState': 'inactive',
+                          'SubState': 'dead', 'ExecMainStartTimestamp': '', 'MainPID': 0, 'UnitFileState': '',
+                          'Result': 'success'}
             else:
                 state, started_at, dummy = service_state(config, unit)
                 active, sub = SYSTEMD_STATES.get(state, ('inactive', 'dead'))
-                if started_at is None:
-                    stamp = ''
-                elif unix:
-                    stamp = '@%d' % int(started_at)
-                else:
-                    stamp = datetime.datetime.fromtimestamp(started_at).astimezone().strftime('%a %Y-%m-%d %H:%M:%S %Z')
                 values = {'Id': unit + '.service', 'LoadState': 'loaded', 'ActiveState': active, 'SubState': sub,
-                          'ExecMainStartTimestamp': stamp,
+                          'ExecMainStartTimestamp': _timestamp(started_at, unix),
                           'MainPID': main_pid(config, unit, active in ('active', 'activating', 'reloading'))}
             for prop in props:
                 print('%s=%s' % (prop, values.get(prop, '')))
         return 0
-    if command in ('restart', 'try-restart', 'reload-or-restart'):
-        missing = [u for u in units if config.service(u) is None]
+    if command in ('restart', 'try-restart', 'reload-or-restart', 'stop', 'start'):
+        missing = [raw for raw, u in zip(names, units) if config.service(u) is None and unit_file(config, raw) is None]
         if missing:
-            raise StandinError('Failed to restart %s.service: Unit %s.service not found.' % (missing[0], missing[0]), 5)
-        for unit in units:
-            restart(config, unit)
+            verb = command if command in ('stop', 'start') else 'restart'
+            raise StandinError('Failed to %s %s: Unit %s not found.' % (verb, _full(missing[0]), _full(missing[0])), 5)
+        for raw, unit in zip(names, units):
+            if config.service(unit) is None:
+                (stop_file_unit if command == 'stop' else start_file_unit)(config, raw)
+            elif command == 'stop':
+                stop(config, unit)
+            else:
+                restart(config, unit)
         return 0
-    if command in ('stop', 'start'):
-        missing = [u for u in units if config.service(u) is None]
-        if missing:
-            raise StandinError('Failed to %s %s.service: Unit %s.service not found.' % (command, missing[0], missing[0]), 5)
-        for unit in units:
-            (stop if command == 'stop' else restart)(config, unit)
-        return 0
+    if command in ('enable', 'disable'):
+        return _enable(config, names, command, '--now' in options)
+    if command == 'is-enabled':
+        rc = 0
+        for raw, unit in zip(names, units):
+            path = unit_file(config, raw) if config.service(unit) is None else None
+            if config.service(unit) is not None:
+                print('enabled')
+            elif path is None:
+                raise StandinError('Failed to get unit file state for %s: No such file or directory' % _full(raw), 1)
+            else:
+                state = unit_file_state(config, raw, path)
+                print(state)
+                rc = rc or (0 if state in ('enabled', 'static') else 1)
+        return rc
     if command == 'daemon-reload':
         config.data['daemon_reloads'] = int(config.data.get('daemon_reloads', 0) or 0) + 1
         config.dirty = True
@@ -467,15 +672,30 @@ def systemctl(config, argv):
         return 0
     if command == 'is-active':
         rc = 0
-        for unit in units:
+        for raw, unit in zip(names, units):
             if config.service(unit) is None:
-                print('inactive')
-                rc = 3
-                continue
-            active = SYSTEMD_STATES.get(service_state(config, unit)[0], ('inactive', 'dead'))[0]
+                path = unit_file(config, raw)
+                active = file_unit_values(config, raw, path, True)['ActiveState'] if path else 'inactive'
+            else:
+                active = SYSTEMD_STATES.get(service_state(config, unit)[0], ('inactive', 'dead'))[0]
             print(active)
             rc = rc or (0 if active == 'active' else 3)
         return rc
+    if command == 'list-timers':
+        rows = []
+        for directory in config.data.get('unit_dirs') or []:
+            for filename in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+                if filename.endswith('.timer') and (not names or filename in [_full(n) for n in names]):
+                    values = file_unit_values(config, filename, os.path.join(directory, filename), False)
+                    if values['ActiveState'] == 'active' and filename not in [r[-2] for r in rows]:
+                        rows.append((values['NextElapseUSecRealtime'], values['LastTriggerUSec'], filename,
+                                     filename[:-len('.timer')] + '.service'))
+        print('NEXT LEFT LAST PASSED UNIT ACTIVATES')
+        for row in rows:
+            print('%s - %s - %s %s' % row)
+        print('')
+        print('%d timers listed.' % len(rows))
+        return 0
     raise StandinError('standin systemctl: unsupported command %r' % command)
 
 
@@ -490,6 +710,12 @@ def journalctl(config, argv):
     out = []
     for unit in units:
         if config.service(unit) is None:
+            # A unit of a file: what its runs printed (run_units), as journald keeps it.
+            journal = journal_path(config, unit)
+            if os.path.isfile(journal):
+                with open(journal) as handle:
+                    out += ['%s %s %s[%d]: %s' % (_iso_local(os.path.getmtime(journal)), host, _unit(unit), 4000,
+                                                  line.rstrip('\n')) for line in handle]
             continue
         for line in log_lines(config, unit, count):
             out.append('%s %s %s[%d]: %s' % (_iso_local(time.time()), host, unit, 4000, line))

@@ -91,3 +91,15 @@ def test_the_version_tier_runs_every_venv_and_the_newest_without_injected_facts(
     for venv, configs in by_venv.items():
         assert ('default', ['sanity', 'unit', 'molecule']) in configs, (venv, configs)
     assert ('False', ['molecule']) in by_venv[newest], by_venv[newest]
+
+
+def test_the_demo_installs_what_every_tier_runs_and_only_that():
+    """requirements/demo.txt (make demo) pins the same ansible-core as requirements/test.txt, under the same lock, and
+    adds nothing the test stack does not have: the demo runs what the tiers test."""
+    demo = read('requirements', 'demo.txt')
+    assert pinned_core(demo) == MAIN
+    lines = [line.strip() for line in demo.splitlines() if line.strip() and not line.startswith('#')]
+    assert lines[:3] == ['-c constraints.txt', '-r collection.txt', 'ansible-core==%s' % MAIN], lines
+    test = [line.strip() for line in read('requirements', 'test.txt').splitlines()]
+    assert set(lines) <= set(test), sorted(set(lines) - set(test))  # the same pins, nothing the tiers do not have
+    assert len(lines) <= 4, lines  # the demo's own: ansible-core, requests (collection.txt), py-spy

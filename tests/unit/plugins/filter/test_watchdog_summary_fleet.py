@@ -20,7 +20,7 @@ def test_the_filter_module_offers_exactly_this_filter():
 
 def test_nothing_to_summarize():
     assert watchdog_summary([]) == {
-        'counts': {}, 'restarted': [], 'rebooted': [], 'failed': [], 'unreachable': [], 'lines': [],
+        'counts': {}, 'restarted': [], 'rebooted': [], 'failed': [], 'unreachable': [], 'reasons': {}, 'lines': [],
         'textfile_errors': [],
         'headline': 'vLLM watchdog: 0 instance(s): none; restarted: none; needs a human: none; unreachable hosts: none'}
 

@@ -148,7 +148,8 @@ def test_the_conventions_are_in_the_docs():
     in_table = set(re.findall(r'^\| `(vllm_\w+)`', table, re.M))
     inventory = set(name for name, (spec, group) in v.CONVENTIONS.items() if group == 'inventory')
     assert in_table == inventory
-    where = {'check': 'playbooks/fleet_check.yml', 'watchdog': 'playbooks/watchdog.yml',
+    where = {'check': 'playbooks/fleet_check.yml', 'watchdog': 'playbooks/watchdog.yml', 'history': 'playbooks/history.yml',
+             'local_timer': 'playbooks/local_install.yml',
              'prometheus': 'docs/prometheus.md', 'eda': 'extensions/eda/rulebooks/vllm_stuck.yml',
              'fact': 'docs/fleet.md'}
     for name, (spec, group) in v.CONVENTIONS.items():
