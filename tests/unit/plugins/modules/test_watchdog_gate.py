@@ -57,13 +57,33 @@ def test_check_mode_records_nothing(tmp_path):
     assert not (state / 'vllm.json').exists()
 
 
+def wait_holding_open(pid, path, timeout=60.0):
+    """Wait until process ``pid`` has ``path`` open: the gate opens its lock file right before it tries to take the
+    lock, and then polls it until it gets it (the event, not a guess of how long Python takes to start)."""
+    ends = time.monotonic() + timeout
+    while time.monotonic() < ends:
+        try:
+            fds = os.listdir('/proc/%d/fd' % pid)
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                if os.readlink('/proc/%d/fd/%s' % (pid, fd)) == str(path):
+                    return
+            except OSError:
+                continue
+        time.sleep(0.05)
+    raise AssertionError('process %d did not open %s within %s s' % (pid, path, timeout))
+
+
 def test_pause_file_written_while_waiting_for_the_lock_is_honoured(tmp_path):
     state = tmp_path / 'state'
     state.mkdir()
     with open(state / 'vllm.lock', 'a') as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         proc = start_gate(state)
-        time.sleep(1.0)  # the gate is now waiting for the lock
+        wait_holding_open(proc.pid, state / 'vllm.lock')  # the gate is waiting for the lock now
+        time.sleep(0.5)
         (state / 'paused').write_text('rollout in progress on this host\n')
         fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
     out, err = proc.communicate(timeout=60)
