@@ -68,8 +68,8 @@ def one_line(value, limit=TEXT):
 
 def _epoch(parts, zone=None):
     year, month, day, hour, minute, second = (int(p or 0) for p in parts)
-    if not (1971 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60
-            and second < 61):
+    in_range = 1971 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= 31
+    if not in_range or hour > 23 or minute > 59 or second > 60:
         return None
     try:
         epoch = calendar.timegm((year, month, day, hour, minute, min(second, 59), 0, 0, 0))
@@ -315,8 +315,8 @@ def events(records, since, show='changes', evidence=(), failed=None):
         if show == 'actions' and event['kind'] == 'runs' and action != 'fail':
             continue
         last = out[-1] if out else None
-        if (show != 'all' and last is not None and event['kind'] == 'runs' and last['kind'] == 'runs'
-                and (last['state'], last['action']) == (state, action)):
+        same_run = last is not None and (last['state'], last['action']) == (state, action)
+        if show != 'all' and same_run and event['kind'] == 'runs' and last['kind'] == 'runs':
             last['runs'] += 1
             last['until'] = event['time']
             # The latest words: a group says what its last run found.

@@ -274,7 +274,7 @@ class Judge(object):
             'stuck_engines': list(self.stuck_engines),
             'frozen_for': self._frozen_seconds(last),
             'longest_step': longest_step(last),
-            'warnings': self.warnings(last),
+            'config_warnings': self.warnings(last),
             'evidence': {
                 'interval': self.interval,
                 'reads': [r.summary() for r in self.readings],

@@ -463,7 +463,7 @@ longest_step:
   returned: when O(url) is given (each item of RV(servers) has the same keys)
   type: dict
   sample: {"inter_token_latency": {"above": 40.0, "at_most": 80.0}}
-warnings:
+config_warnings:
   description:
     - Configuration warnings of this check, for example a O(freeze_limit) that is not well above the longest this
       server has taken between two tokens (at least the top of that bucket, and twice its bottom). The module also
@@ -572,7 +572,7 @@ def collect(module):
     states = dict((r.get('name'), r.get('state')) for r in servers)
     facts = {'vllm_health_servers': dict((r.get('name'), r) for r in servers)}
     for server in servers:
-        for warning in (server.get('warnings') if isinstance(server, dict) else None) or []:
+        for warning in (server.get('config_warnings') if isinstance(server, dict) else None) or []:
             module.warn('%s: %s' % (server.get('name'), warning))
     if result.get('failed'):
         module.fail_json(msg=str(result.get('msg'))[:1000], servers=servers, states=states)
@@ -658,7 +658,7 @@ def check_url(module, spec, fail):
     result = check_one(spec)
     if result['error']:
         fail(result['error'], url=result['url'], line=result['line'])
-    for warning in result.get('warnings') or []:
+    for warning in result.get('config_warnings') or []:
         module.warn('%s: %s' % (result['name'], warning))
     # The verdict once as the result and once as the fact: -v shows each of them once.
     module.exit_json(changed=False, ansible_facts={'vllm_health': result}, **result)
@@ -668,7 +668,7 @@ def check_servers(module, specs, secrets):
     """O(servers): every server at once, O(workers) at a time."""
     result = servers_result(check_many(specs, workers=module.params['workers']), secrets)
     for server in result['servers']:
-        for warning in server.get('warnings') or []:
+        for warning in server.get('config_warnings') or []:
             module.warn('%s: %s' % (server.get('name'), warning))
     if result.get('failed'):
         module.fail_json(**result)

@@ -579,7 +579,7 @@ def decide_instances(module, gate, items, verdicts, missing_why):
     # The check's own warnings (a freeze_limit not well above this server's longest step), one line each.
     for item in items:
         verdict = item.get('verdict') or (verdicts or {}).get(item['name'])
-        for warning in ((verdict.get('warnings') if isinstance(verdict, dict) else None) or [])[:5]:
+        for warning in ((verdict.get('config_warnings') if isinstance(verdict, dict) else None) or [])[:5]:
             module.warn('%s/%s: %s' % (p['host'] or '?', item['name'], gate.redact(str(warning))[:500]))
     textfile_error = write_textfile(module, results)
     facts = {}

@@ -293,15 +293,15 @@ def test_the_longest_step_is_read_from_the_histograms():
 def test_a_limit_not_well_above_the_longest_step_is_warned(limit, warned):
     result, dummy, dummy = judge(FakeServer([frozen() + ITL]), limit=limit)
     assert result['longest_step']['inter_token_latency'] == {'above': 40.0, 'at_most': 80.0}
-    assert bool(result['warnings']) is warned, result['warnings']
+    assert bool(result['config_warnings']) is warned, result['config_warnings']
     if warned:
-        assert 'between 40s and 1m20s' in result['warnings'][0] and 'at least 1m20s' in result['warnings'][0]
+        assert 'between 40s and 1m20s' in result['config_warnings'][0] and 'at least 1m20s' in result['config_warnings'][0]
 
 
 def test_histograms_that_cannot_be_true_show_nothing():
     bad = ITL.replace('} 98\n', '} NaN\n', 1)
     result, dummy, dummy = judge(FakeServer([frozen() + bad]), limit=10.0)
-    assert result['longest_step'] == {} and result['warnings'] == []
+    assert result['longest_step'] == {} and result['config_warnings'] == []
 
 
 # -- realtime sessions: deferred-only work is a paused stream, not stranded ---------------------------------------
