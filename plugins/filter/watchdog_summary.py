@@ -34,6 +34,13 @@ options:
   hostvars:
     description: The C(hostvars) of the play, to gather the results of the hosts given as the input.
     type: dict
+  textfile_lines:
+    description:
+      - Whether the hosts whose textfile could not be written get a line (one line for the hosts that share the same
+        reason). V(false) when the role fails those hosts with that line itself (C(vllm_watchdog_textfile_required)),
+        so that one mistake is said once. The headline names the hosts either way.
+    type: bool
+    default: true
 '''
 
 EXAMPLES = r'''
@@ -76,7 +83,9 @@ _value:
       type: list
       elements: str
     lines:
-      description: One line per host and instance, then one per host whose textfile could not be written.
+      description:
+        - One line per host and instance, then one per reason a textfile could not be written, naming its hosts (with
+          O(textfile_lines)).
       type: list
       elements: str
     headline:
@@ -147,7 +156,14 @@ def said_counts(counts, states=None):
     return ', '.join('%d %s' % (counts[state], state) for state in (counts if states is None else states))
 
 
-def watchdog_summary(results, hostvars=None):
+def hosts_text(hosts, limit=5):
+    """'gb10-01', 'gb10-01, gb10-02', or 'gb10-01, ... and 95 more (100 hosts)'."""
+    if len(hosts) <= limit:
+        return ', '.join(hosts)
+    return '%s and %d more (%d hosts)' % (', '.join(hosts[:limit]), len(hosts) - limit, len(hosts))
+
+
+def watchdog_summary(results, hostvars=None, textfile_lines=True):
     if hostvars is not None:
         results = play_results(results, hostvars)
     if not isinstance(results, list):
@@ -175,7 +191,11 @@ def watchdog_summary(results, hostvars=None):
         if item.get('textfile_error'):
             textfile.setdefault(str(item.get('host')), ' '.join(str(item['textfile_error']).split()))
     textfile_errors = ['%s: %s' % (host, why) for host, why in textfile.items()]
-    lines.extend('%s/*: watchdog: TEXTFILE NOT WRITTEN - %s' % (host, why) for host, why in textfile.items())
+    if _truthy(textfile_lines):
+        by_why = {}
+        for host, why in textfile.items():
+            by_why.setdefault(why, []).append(host)
+        lines.extend('%s: watchdog: TEXTFILE NOT WRITTEN - %s' % (hosts_text(hosts), why) for why, hosts in by_why.items())
     ordered = said_counts(counts, sorted(counts, key=lambda k: (-counts[k], k)))
     headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s; unreachable hosts: %s' % (
         len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none',
