@@ -249,7 +249,7 @@ def test_bad_instances_are_never_restarted_and_a_stuck_neighbour_still_is(server
     async_dir = tmp_path / 'async'  # where the background check leaves its result (and must remove it)
     run = role_run(tmp_path, 'run', {'gb10-hostile': {}}, {
         'vllm_watchdog_instances': instances, 'vllm_watchdog_state_dir': state_dir,
-        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': ['false']},
+        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_assume_url_is_service': True, 'vllm_watchdog_restart_command': ['false']},
         extra_env={'ANSIBLE_ASYNC_DIR': str(async_dir)})
     files = h.dir_text(state_dir)
     saved = host_result(run, 'gb10-hostile')
@@ -321,7 +321,7 @@ def test_grace_counts_from_vllms_own_start_and_a_damaged_history_is_no_budget(se
     ]
     run = role_run(tmp_path, 'run', {'gb10-hostile': {}}, {
         'vllm_watchdog_instances': instances, 'vllm_watchdog_state_dir': str(state_dir),
-        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': ['false']},
+        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_assume_url_is_service': True, 'vllm_watchdog_restart_command': ['false']},
         extra_env={'PATH': os.pathsep.join([bin_dir, os.path.dirname(sys.executable), os.environ.get('PATH', '')])})
     saved = host_result(run, 'gb10-hostile')
     common = traceback_problems(run)
@@ -365,7 +365,7 @@ def test_the_role_refuses_settings_that_would_open_the_gate(servers, tmp_path):
     for host, settings in bad.items():
         host_vars[host] = dict(settings, vllm_watchdog_url=stuck.url, vllm_watchdog_name='vllm',
                                vllm_watchdog_state_dir=str(tmp_path / host / 'state'),
-                               vllm_watchdog_restart_method='command',
+                               vllm_watchdog_restart_method='command', vllm_watchdog_assume_url_is_service=True,
                                vllm_watchdog_restart_command=marks.command(host))
     run = role_run(tmp_path, 'run', host_vars, {})
     violations = h.Violations()
@@ -403,7 +403,7 @@ def test_a_failed_restart_keeps_the_host_failed_until_the_server_is_healthy(serv
         instances.append({'name': name, 'url': server.url, 'restart_method': 'command', 'restart_command': command})
     state_dir = str(tmp_path / 'state')
     group = {'vllm_watchdog_instances': instances, 'vllm_watchdog_state_dir': state_dir,
-             'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': ['false']}
+             'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_assume_url_is_service': True, 'vllm_watchdog_restart_command': ['false']}
     violations = h.Violations()
     runs = []
     for label in ('run1', 'run2', 'run3'):
@@ -566,7 +566,7 @@ def test_a_restart_that_changed_nothing_without_a_start_time_is_red_and_a_real_o
          'restart_command': sim_restart_command(sim, real, marks, 'restart-for-real')},
     ]
     group = {'vllm_watchdog_instances': instances, 'vllm_watchdog_state_dir': str(tmp_path / 'state'),
-             'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': ['false']}
+             'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_assume_url_is_service': True, 'vllm_watchdog_restart_command': ['false']}
     violations = h.Violations()
     runs = [role_run(tmp_path, label, {'gb10-hostile': {}}, group) for label in ('run1', 'run2')]
     problems = []
@@ -635,7 +635,7 @@ def test_no_key_from_the_services_log_a_cut_history_loses_nothing(servers, tmp_p
     ]
     run = role_run(tmp_path, 'run', {'gb10-hostile': {}}, {
         'vllm_watchdog_instances': instances, 'vllm_watchdog_state_dir': str(state_dir),
-        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': ['false']})
+        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_assume_url_is_service': True, 'vllm_watchdog_restart_command': ['false']})
     saved = host_result(run, 'gb10-hostile')
     violations = h.Violations()
     common = traceback_problems(run)
@@ -692,7 +692,7 @@ def test_a_textfile_that_cannot_be_written_is_said_and_fails_the_host_unless_tol
                         ('textfile-written', {'vllm_watchdog_textfile': str(written)})):
         host_vars[host] = dict({'vllm_watchdog_url': idle.url, 'vllm_watchdog_textfile': str(missing),
                                 'vllm_watchdog_state_dir': str(tmp_path / host / 'state'),
-                                'vllm_watchdog_restart_method': 'command',
+                                'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_assume_url_is_service': True,
                                 'vllm_watchdog_restart_command': ['false']}, **extra)
     run = role_run(tmp_path, 'run', host_vars, {})
     common = traceback_problems(run)
@@ -743,7 +743,7 @@ def test_a_restart_command_that_hangs_is_cut_off_at_the_setting_and_the_host_is_
     timeout = 3
     run = role_run(tmp_path, 'run', {'gb10-hostile': {}}, {
         'vllm_watchdog_instances': instances, 'vllm_watchdog_state_dir': str(tmp_path / 'state'),
-        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': ['false'],
+        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_assume_url_is_service': True, 'vllm_watchdog_restart_command': ['false'],
         'vllm_watchdog_command_timeout': timeout})
     saved = host_result(run, 'gb10-hostile')
     left = processes_with(tag)
