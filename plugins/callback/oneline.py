@@ -173,6 +173,7 @@ class CallbackModule(DefaultCallback):
         """The failures of the task that ended: one line per way of failing, naming its hosts."""
         pending, self._pending = self._pending, {}
         for (caption, where, text, color), hosts in pending.items():
+            hosts = sorted(hosts)
             shown = ', '.join(hosts) if len(hosts) <= 5 else '%s and %d more (%d hosts)' % (
                 ', '.join(hosts[:5]), len(hosts) - 5, len(hosts))
             self._say('%s: %s%s: %s' % (shown, caption, where, text), color=color)

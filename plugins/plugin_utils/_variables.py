@@ -92,13 +92,14 @@ NOT_SET = object()
 URL_VARIABLES = ('vllm_url', 'vllm_watchdog_url', 'vllm_rollout_url')
 INSTANCE_LISTS = ('vllm_instances', 'vllm_watchdog_instances')
 
-# The variables that say what a restart acts on (the unit, the container, the command, the server's URL). A misspelled
-# one leaves its default in effect, and on a host with two servers that default is the other server: where a run
-# restarts (the watchdog, the rollout), such a name is an error on its host, never a warning.
-TARGETS = ('vllm_url', 'vllm_instances', 'vllm_watchdog_url', 'vllm_watchdog_instances', 'vllm_watchdog_service',
-           'vllm_watchdog_restart_method', 'vllm_watchdog_restart_command', 'vllm_watchdog_compose_project_dir',
-           'vllm_watchdog_assume_url_is_service', 'vllm_rollout_url', 'vllm_rollout_service', 'vllm_rollout_method',
-           'vllm_rollout_command', 'vllm_rollout_compose_project_dir')
+# The variables that say what a restart acts on (the unit, the container, the command, the instances of a host). A
+# misspelled one leaves its default in effect, and on a host with two servers that default is the other server:
+# where a run restarts (the watchdog, the rollout), such a name is an error on its host, never a warning. (A
+# misspelled URL only leaves the check on the default URL, and the watchdog restarts nothing it cannot show serves
+# the URL it judged: a warning.)
+TARGETS = ('vllm_instances', 'vllm_watchdog_instances', 'vllm_watchdog_service', 'vllm_watchdog_restart_method',
+           'vllm_watchdog_restart_command', 'vllm_watchdog_compose_project_dir', 'vllm_rollout_service',
+           'vllm_rollout_method', 'vllm_rollout_command', 'vllm_rollout_compose_project_dir')
 
 # Values never validated here, so never shown in a message.
 SECRET = re.compile(r'(api_key|token|password|secret)', re.IGNORECASE)

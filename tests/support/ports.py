@@ -40,6 +40,7 @@ BLOCKS = {
     "field": (28200, 28399),                # tests/integration/test_field_signatures.py: its simulator
     "field-bench": (28400, 28599),          # benchmarks/field_signatures.py: its simulator
     "ladder": (28600, 28799),               # tests/integration/test_ladder.py: its simulator
+    "mistakes": (29000, 29399),             # tests/integration/test_watchdog_mistakes.py: its two simulators
 }
 
 
