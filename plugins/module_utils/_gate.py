@@ -367,8 +367,11 @@ class Gate(object):
             'logs': logs,
             'hang': found,
         }
-        out['evidence'] = _evidence.summary(found) + (
-            ', %d line(s) of its log, the last: %s' % (len(logs), _clip(logs[-1], 160)) if logs else ', no log')
+        out['evidence'] = _evidence.summary(found)
+        if out.get('evidence_wanted'):
+            # A human is asked to look: the line says what the service's log ends with (a restart's line does not).
+            out['evidence'] += ', %d line(s) of its log, the last: %s' % (len(logs), _clip(logs[-1], 160)) \
+                if logs else ', no log'
         # A line of the history that was cut (a crash, a full disk) is named, never taken for a verdict.
         evidence['recent_verdicts'], damaged = statedir.tail_json(paths['verdicts'], 20)
         if damaged:

@@ -343,7 +343,11 @@ def test_prometheus_page(sandbox):
     busy = open(sandbox.path('textfile', 'gb10-busy.prom')).read()
     assert 'state="busy"} 1' in busy and 'action="none"} 1' in busy, busy
     out = output_of(results, '/nonexistent/')
-    assert 'TEXTFILE NOT WRITTEN' in out and '/nonexistent/vllm_watchdog.prom' in out, out[-3000:]
+    # One mistake, one line: the hosts that share it, in one failure naming the directory.
+    said = [line for line in out.splitlines() if '/nonexistent' in line]
+    assert len(said) == 1 and ': FAILED: the textfile /nonexistent/vllm_watchdog.prom could not be written (its ' \
+        'directory /nonexistent does not exist)' in said[0], out[-3000:]
+    assert 'textfile not written: gb10-idle, ' in out, out[-3000:]
     assert sandbox.restarts() == ['vllm-gb10-stuck']  # the first watchdog run's, once
 
 
