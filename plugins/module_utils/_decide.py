@@ -278,8 +278,8 @@ def service_evidence(state, service, proof, history, url, now):
                        % (unit, url or 'the URL', there))
     if service.get('running') is False:
         if state != 'down':
-            return False, '%s does not run, yet %s answers: something else serves it%s' % (unit, url or 'the URL',
-                                                                                          there)
+            return False, '%s does not run, yet %s answers: something else serves it%s' % (
+                unit, url or 'the URL', there)
         if held:
             return False, '%s does not run%s: that is the server at %s, not %s' % (unit, there, url or 'the URL', unit)
         return True, '%s does not run and nothing listens on %s: starting it stops no server' % (unit, where)

@@ -332,8 +332,8 @@ class Gate(object):
                                  max_bytes=self.p['history_max_bytes'])
         except (statedir.StateError, OSError) as exc:
             out['decision'] += ' (the verdict history could not be written: %s)' % exc
-        if out['action'] in (RESTART, REBOOT) or (out['action'] == FAIL and (out.get('gpu_errors')
-                                                                              or out.get('evidence_wanted'))):
+        asks_human = out['action'] == FAIL and (out.get('gpu_errors') or out.get('evidence_wanted'))
+        if out['action'] in (RESTART, REBOOT) or asks_human:
             out['evidence_file'] = self.evidence(item, out, paths, verdict)
         out.pop('evidence_wanted', None)
         return out
@@ -436,8 +436,8 @@ class Gate(object):
                 return '%s (not recorded: another watchdog run holds %s)' % (said, paths['lock'])
             history, damage = load_history(statedir.read_text(paths['history']))
             if damage:
-                return '%s (not recorded: the restart history %s cannot be trusted: %s)' % (said, paths['history'],
-                                                                                          damage)
+                return '%s (not recorded: the restart history %s cannot be trusted: %s)' % (
+                    said, paths['history'], damage)
             step = history.get('last_step') if isinstance(history.get('last_step'), dict) else None
             ours = step is None or step.get('step') == RESTART  # a reboot's outcome is the reboot's (reboot.yml)
             at = step.get('at') if step and ours else None

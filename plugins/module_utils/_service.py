@@ -207,8 +207,8 @@ def planned_commands(method, service=None, compose_project_dir=None, command=Non
     try:
         split = stop_start_commands(method, service, compose_project_dir) if release_memory else None
         if split:
-            return '%s; then, once the memory is back, %s' % ('; '.join(' '.join(argv) for argv in split[0]),
-                                                             '; '.join(' '.join(argv) for argv in split[1]))
+            stop, start = ('; '.join(' '.join(argv) for argv in half) for half in split)
+            return '%s; then, once the memory is back, %s' % (stop, start)
         return '; '.join(' '.join(str(part) for part in argv)
                          for argv in restart_commands(method, service, compose_project_dir, command))
     except ServiceError as exc:

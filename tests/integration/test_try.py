@@ -465,12 +465,16 @@ def test_schedule(sandbox, tmp_path):
     history_path = sandbox.path('state', 'gb10-busy', 'vllm.verdicts.jsonl')
     with open(history_path) as handle:
         history = [json.loads(line) for line in handle]
-    assert [(v['state'], v['action']) for v in history] == [('busy', 'none'), ('busy', 'none'), ('stuck', 'restart')]
+    # Three runs, then the line of the restart's outcome (the check after it).
+    assert [(v['state'], v['action']) for v in history[:3]] == [('busy', 'none'), ('busy', 'none'), ('stuck', 'restart')]
+    assert len(history) == 4 and history[3]['step'] and history[3]['action'] == 'restarted', history
+    assert history[3]['outcome'] == 'now %s (%s)' % (history[3]['state'], history[3]['reason']), history
+    restart = history[2]
     last10 = output_of(results, 'tail -n 10').splitlines()
-    assert len(last10) == 3 and last10[-1].startswith(history[-1]['time'] + ' stuck restart: '), last10
-    assert output_of(results, '"busy" and').strip() == history[-1]['time']
-    assert output_of(results, 'select(.action == "restart")').strip() == '%s %s' % (
-        history[-1]['time'], history[-1]['decision'])
+    assert len(last10) == 4 and last10[2].startswith(restart['time'] + ' stuck restart: '), last10
+    assert last10[3].startswith(history[3]['time'] + ' %s restarted: ' % history[3]['state']), last10
+    assert output_of(results, '"busy" and').strip() == restart['time']
+    assert output_of(results, 'select(.action == "restart")').strip() == '%s %s' % (restart['time'], restart['decision'])
     assert output_of(results, 'group_by').split() == ['busy', '2', 'stuck', '1']
     assert len(output_of(results, 'ls -r').splitlines()) == 3
     out = output_of(results, 'ansible vllm -i inventory -b')

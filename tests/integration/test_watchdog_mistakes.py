@@ -100,8 +100,8 @@ def untag(value):
 
 def results(run, host):
     """{instance: result} of the host's vllm_watchdog_results in this run (from the fact cache)."""
-    found = [path for path in glob.glob(os.path.join(run.facts, '*')) if re.match(r'^(s\d+_)?%s$' % re.escape(host),
-                                                                             os.path.basename(path))]
+    name = re.compile(r'^(s\d+_)?%s$' % re.escape(host))  # ansible-core 2.19's files are s1_<host>
+    found = [path for path in glob.glob(os.path.join(run.facts, '*')) if name.match(os.path.basename(path))]
     if not found:
         return {}
     with open(found[0]) as handle:
