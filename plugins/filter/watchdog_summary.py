@@ -34,13 +34,14 @@ options:
   hostvars:
     description: The C(hostvars) of the play, to gather the results of the hosts given as the input.
     type: dict
-  textfile_lines:
+  textfile_required:
     description:
-      - Whether the hosts whose textfile could not be written get a line (one line for the hosts that share the same
-        reason). V(false) when the role fails those hosts with that line itself (C(vllm_watchdog_textfile_required)),
-        so that one mistake is said once. The headline names the hosts either way.
+      - Whether a host whose textfile could not be written fails for it with its own line
+        (C(vllm_watchdog_textfile_required)), so that the summary says it only in the headline; the hosts that do not
+        fail for it get one summary line for all that share the same reason. One mistake is said once.
+      - With O(hostvars), a host's own C(vllm_watchdog_textfile_required) wins over this.
     type: bool
-    default: true
+    default: false
 '''
 
 EXAMPLES = r'''
@@ -163,9 +164,12 @@ def hosts_text(hosts, limit=5):
     return '%s and %d more (%d hosts)' % (', '.join(hosts[:limit]), len(hosts) - limit, len(hosts))
 
 
-def watchdog_summary(results, hostvars=None, textfile_lines=True):
+def watchdog_summary(results, hostvars=None, textfile_required=False):
+    required = {}
     if hostvars is not None:
-        results = play_results(results, hostvars)
+        hosts, results = results, play_results(results, hostvars)
+        for host, variables in each_host(hosts, hostvars, 'watchdog_summary'):
+            required[str(host)] = _truthy(variables.get('vllm_watchdog_textfile_required', textfile_required))
     if not isinstance(results, list):
         raise AnsibleFilterError('watchdog_summary expects a list of results, got %s' % type(results).__name__)
     counts = count_states(results)
@@ -191,11 +195,11 @@ def watchdog_summary(results, hostvars=None, textfile_lines=True):
         if item.get('textfile_error'):
             textfile.setdefault(str(item.get('host')), ' '.join(str(item['textfile_error']).split()))
     textfile_errors = ['%s: %s' % (host, why) for host, why in textfile.items()]
-    if _truthy(textfile_lines):
-        by_why = {}
-        for host, why in textfile.items():
+    by_why = {}
+    for host, why in textfile.items():
+        if not required.get(host, _truthy(textfile_required)):  # else its own failure says it
             by_why.setdefault(why, []).append(host)
-        lines.extend('%s: watchdog: TEXTFILE NOT WRITTEN - %s' % (hosts_text(hosts), why) for why, hosts in by_why.items())
+    lines.extend('%s: watchdog: TEXTFILE NOT WRITTEN - %s' % (hosts_text(hosts), why) for why, hosts in by_why.items())
     ordered = said_counts(counts, sorted(counts, key=lambda k: (-counts[k], k)))
     headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s; unreachable hosts: %s' % (
         len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none',

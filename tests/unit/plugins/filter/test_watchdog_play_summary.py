@@ -86,3 +86,16 @@ def test_what_cannot_be_gathered_is_a_filter_error(hosts, hostvars, message):
     with pytest.raises(AnsibleFilterError) as err:
         watchdog_summary(hosts, hostvars)
     assert message in str(err.value)
+
+
+def test_a_textfile_mistake_is_said_once_by_the_host_that_fails_for_it_else_by_one_summary_line():
+    why = 'the textfile /x/v.prom could not be written (its directory /x does not exist): ...'
+    hostvars = {'a': gated(result('a', textfile_error=why)), 'b': gated(result('b', textfile_error=why)),
+                'c': dict(gated(result('c', textfile_error=why)), vllm_watchdog_textfile_required=False),
+                'd': dict(gated(result('d', textfile_error=why)), vllm_watchdog_textfile_required='false')}
+    summary = watchdog_summary(['a', 'b', 'c', 'd'], hostvars, textfile_required=True)
+    # a and b fail for it with their own (one, shared) line; c and d do not fail: the summary says it for them.
+    assert [line for line in summary['lines'] if 'TEXTFILE' in line] == [
+        'c, d: watchdog: TEXTFILE NOT WRITTEN - %s' % why]
+    assert summary['headline'].endswith('textfile not written: a, b, c, d')
+    assert len([line for line in watchdog_summary(['a', 'b'], hostvars)['lines'] if 'TEXTFILE' in line]) == 1

@@ -40,7 +40,7 @@ def test_one_textfile_mistake_on_many_hosts_is_one_line_or_none_when_the_role_fa
     assert summary['lines'][len(results):] == [
         'gb10-01, gb10-02, gb10-03, gb10-04, gb10-05 and 2 more (7 hosts): watchdog: TEXTFILE NOT WRITTEN - %s' % WHY]
     # The role fails those hosts with that sentence (vllm_watchdog_textfile_required): the summary does not say it too.
-    quiet = watchdog_summary(results, textfile_lines=False)
+    quiet = watchdog_summary(results, textfile_required=True)
     assert len(quiet['lines']) == len(results)
     assert quiet['headline'].endswith('textfile not written: %s' % ', '.join(hosts))
 
