@@ -386,7 +386,7 @@ def test_a_missing_textfile_directory_on_five_hosts_is_one_line(sim, tmp_path):
     assert said == ['gb10-01, gb10-02, gb10-03, gb10-04, gb10-05: FAILED: the textfile %s could not be written (its '
                     'directory %s does not exist): Prometheus gets no vllm_watchdog_* metric from this host, so no '
                     'alert can fire on it. Create the directory of vllm_watchdog_textfile (node_exporter\'s '
-                    '--collector.textfile.directory), or set vllm_watchdog_textfile_required: false to only warn.'
+                    '--collector.textfile.directory), or set vllm_watchdog_textfile_required: false to only say it.'
                     % (tmp_path / 'no-such-dir' / 'vllm_watchdog.prom', tmp_path / 'no-such-dir')], said
     assert '[WARNING]' not in run.stderr, run.stderr
     assert 'textfile not written: gb10-01, gb10-02, gb10-03, gb10-04, gb10-05' in run.stdout
