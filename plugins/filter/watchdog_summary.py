@@ -39,7 +39,8 @@ options:
       - Whether a host whose textfile could not be written fails for it with its own line
         (C(vllm_watchdog_textfile_required)), so that the summary says it only in the headline; the hosts that do not
         fail for it get one summary line for all that share the same reason. One mistake is said once.
-      - With O(hostvars), a host's own C(vllm_watchdog_textfile_required) wins over this.
+      - With O(hostvars), what each host's gate returned (C(_vllm_watchdog_gate.textfile_required), the role's
+        C(vllm_watchdog_textfile_required) on that host) wins over this.
     type: bool
     default: false
 '''
@@ -169,7 +170,8 @@ def watchdog_summary(results, hostvars=None, textfile_required=False):
     if hostvars is not None:
         hosts, results = results, play_results(results, hostvars)
         for host, variables in each_host(hosts, hostvars, 'watchdog_summary'):
-            required[str(host)] = _truthy(variables.get('vllm_watchdog_textfile_required', textfile_required))
+            gate = variables.get(GATE) if isinstance(variables.get(GATE), dict) else {}
+            required[str(host)] = _truthy(gate.get('textfile_required', textfile_required))
     if not isinstance(results, list):
         raise AnsibleFilterError('watchdog_summary expects a list of results, got %s' % type(results).__name__)
     counts = count_states(results)

@@ -249,6 +249,13 @@ options:
         description: What happened (kept in the history).
         type: str
         required: true
+  textfile_required:
+    description:
+      - The caller fails the host, with RV(textfile_error), when O(textfile) cannot be written (the
+        P(modelops.vllm.watchdog#role) role's C(vllm_watchdog_textfile_required)). Returned as given, so that the
+        role's report says the mistake once, by that failure or else by one summary line.
+    type: bool
+    default: false
   textfile_names:
     description: With O(escalate), the instances of the host, whose last results O(textfile) is rewritten with.
     type: list
@@ -496,6 +503,11 @@ ansible_facts:
   description: With O(host), the fact C(vllm_watchdog_results).
   returned: with O(host) and O(instances)
   type: dict
+textfile_required:
+  description: O(textfile_required), as given.
+  returned: with O(instances)
+  type: bool
+  sample: true
 textfile_error:
   description:
     - Why O(textfile) could not be written (null when it was, or was not asked for), in the same words on every host
@@ -648,7 +660,8 @@ def decide_instances(module, gate, items, verdicts, missing_why):
     if p['host']:
         facts['vllm_watchdog_results'] = watchdog_results({'instances': results, 'textfile_error': textfile_error},
                                                           p['host'], items, check_mode=module.check_mode)
-    module.exit_json(changed=False, instances=results, textfile_error=textfile_error, ansible_facts=facts)
+    module.exit_json(changed=False, instances=results, textfile_error=textfile_error,
+                     textfile_required=p['textfile_required'], ansible_facts=facts)
 
 
 def write_textfile(module, results):
@@ -712,6 +725,7 @@ def main():
                 reason=dict(type='str', default=''),
             )),
             textfile_names=dict(type='list', elements='str'),
+            textfile_required=dict(type='bool', default=False),
             startup_grace=dict(type='float', default=900),
             cooldown=dict(type='float', default=600),
             max_restarts=dict(type='int', default=3),

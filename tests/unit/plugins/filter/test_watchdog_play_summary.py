@@ -90,9 +90,13 @@ def test_what_cannot_be_gathered_is_a_filter_error(hosts, hostvars, message):
 
 def test_a_textfile_mistake_is_said_once_by_the_host_that_fails_for_it_else_by_one_summary_line():
     why = 'the textfile /x/v.prom could not be written (its directory /x does not exist): ...'
-    hostvars = {'a': gated(result('a', textfile_error=why)), 'b': gated(result('b', textfile_error=why)),
-                'c': dict(gated(result('c', textfile_error=why)), vllm_watchdog_textfile_required=False),
-                'd': dict(gated(result('d', textfile_error=why)), vllm_watchdog_textfile_required='false')}
+    def required(host, value):
+        found = gated(result(host, textfile_error=why))
+        found['_vllm_watchdog_gate']['textfile_required'] = value  # as the host's gate returned it
+        return found
+
+    hostvars = {'a': gated(result('a', textfile_error=why)), 'b': required('b', True), 'c': required('c', False),
+                'd': required('d', 'false')}
     summary = watchdog_summary(['a', 'b', 'c', 'd'], hostvars, textfile_required=True)
     # a and b fail for it with their own (one, shared) line; c and d do not fail: the summary says it for them.
     assert [line for line in summary['lines'] if 'TEXTFILE' in line] == [
