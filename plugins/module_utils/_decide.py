@@ -18,9 +18,12 @@ one that persists fails for a human; a pause switch; a server that vLLM itself s
 restarted, and one paused for longer than ``paused_limit`` fails for a human (a trainer that held the
 pause and died must not leave a server that never serves and never says so).
 
-A ``down`` server whose service runs needs proof that the URL is that service: its process listens on
-the URL's port, or it was seen serving at this URL before (``url_evidence``); without it, a human is
-asked and nothing is restarted (a misspelt ``vllm_url`` must never restart a busy server).
+Before any restart, whatever the verdict and the method, what the restart acts on must be shown to serve the URL
+the check judged: its process listens on the URL's port (or a container publishes it); for ``down``, a service that
+does not run while nothing listens there, or one seen serving at this URL before; for a method that names no
+process (``command``), the inventory's word (``service_evidence``). Without it, a human is asked and nothing is
+restarted: a misspelt ``vllm_url`` or a ``service`` that names another server must never restart a busy server. A
+restart that failed changed nothing: it gives no grace and no cooldown, and counts against the budget.
 
 The ladder, under the same budget: a vLLM restart; then, when the same hang comes back within
 ``rehang_window`` of a restart, when the kernel's log shows an NVIDIA Xid or ``NV_ERR_NO_MEMORY`` since
