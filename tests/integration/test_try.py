@@ -476,11 +476,12 @@ def test_schedule(sandbox, tmp_path):
     assert output_of(results, '"busy" and').strip() == restart['time']
     assert output_of(results, 'select(.action == "restart")').strip() == '%s %s' % (restart['time'], restart['decision'])
     assert output_of(results, 'group_by').split() == ['busy', '2', 'stuck', '1']
-    assert len(output_of(results, 'ls -r').splitlines()) == 3
+    assert len(output_of(results, 'ls -r').splitlines()) == 4  # the three runs and the restart's outcome
     out = output_of(results, 'ansible vllm -i inventory -b')
     for host in ('gb10-idle', 'gb10-busy', 'gb10-prefill', 'gb10-stuck', 'gb10-down'):
         assert '%s | CHANGED | rc=0 >>' % host in out, out[-3000:]
-    assert out.count('"state": "stuck"') == 2, out  # gb10-busy's last, gb10-stuck's from the cron run
+    # gb10-busy's restart, before the line of its outcome; gb10-stuck's restart (the cron run) is three lines back
+    assert out.count('"state": "stuck"') == 1 and out.count('"action": "restarted"') == 2, out
     lead_up = output_of(results, 'recent_verdicts').splitlines()
     assert [line.split()[1:] for line in lead_up] == [['busy', 'none'], ['busy', 'none'], ['stuck', 'restart']]
 
