@@ -90,6 +90,7 @@ def test_what_cannot_be_gathered_is_a_filter_error(hosts, hostvars, message):
 
 def test_a_textfile_mistake_is_said_once_by_the_host_that_fails_for_it_else_by_one_summary_line():
     why = 'the textfile /x/v.prom could not be written (its directory /x does not exist): ...'
+
     def required(host, value):
         found = gated(result(host, textfile_error=why))
         found['_vllm_watchdog_gate']['textfile_required'] = value  # as the host's gate returned it
