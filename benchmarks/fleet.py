@@ -246,6 +246,7 @@ def role_host_vars(fleet, state_dir, sim_base_url):
     for host, server in zip(fleet.hosts, fleet.servers):
         extra[host] = {
             "vllm_watchdog_restart_method": "command",
+            "vllm_watchdog_assume_url_is_service": True,  # the command names no process: it restarts the URL's server
             "vllm_watchdog_restart_command": [
                 "curl", "-sSf", "--noproxy", "*", "-X", "POST", "-H", "Content-Type: application/json",
                 "-d", '{"state": "restart"}', "%s/servers/%s/state" % (sim_base_url, server["id"])],

@@ -685,6 +685,7 @@ def run_role(sim, args):
                '%s/servers/%s/state' % (control, info['id'])]
     extra = {'vllm_watchdog_hosts': 'localhost', 'vllm_watchdog_url': info['url'],
              'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_restart_command': restart,
+             'vllm_watchdog_assume_url_is_service': True,
              'vllm_watchdog_state_dir': os.path.join(workdir, 'state'), 'vllm_watchdog_ready_delay': 1}
     inventory = os.path.join(workdir, 'inventory.ini')
     with open(inventory, 'w') as handle:

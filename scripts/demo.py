@@ -150,7 +150,9 @@ def part_two(server):
             inventory = os.path.join(workdir('watchdog'), 'inventory.yml')
             with open(inventory, 'w') as handle:
                 json.dump({'vllm': {'hosts': inventory_hosts}}, handle)
-            extra = ['-e', json.dumps({'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_interval': 2,
+            extra = ['-e', json.dumps({'vllm_watchdog_restart_method': 'command',
+                                       # the command names no process: the demo says it restarts the server at the URL
+                                       'vllm_watchdog_assume_url_is_service': True, 'vllm_watchdog_interval': 2,
                                        'vllm_watchdog_ready_delay': 1, 'vllm_watchdog_ready_timeout': 60,
                                        'vllm_watchdog_become': False})]
             with open(os.path.join(REPO, 'playbooks', 'watchdog.yml')) as handle:

@@ -300,9 +300,10 @@ def write_standins(p, control_url):
     for name, port, what, options, load, hang in HOSTS:
         if options is not None:
             services['vllm-' + name] = {'server': name, 'state': 'auto', 'load_seconds': LOAD_SECONDS}
-    # down: nothing listens, and systemd says the unit is starting (loading its weights): the watchdog
-    # leaves it alone, as it does a real server that is still starting.
-    services['vllm-gb10-down'] = {'state': 'activating', 'started_at': None,
+    # down: nothing listens, and systemd says the unit has been starting since the sandbox began (loading its
+    # weights): the watchdog leaves it alone inside its start-up grace, as it does a real server that is still
+    # starting (one load, counted once towards vllm_watchdog_down_limit however many runs see it).
+    services['vllm-gb10-down'] = {'state': 'activating', 'started_at': round(time.time(), 3),
                                   'logs': ['INFO Loading safetensors checkpoint shards: 40% Completed | 2/5']}
     # The local timer (docs/local.md) writes its units under local/ (the root it is installed under here): the
     # stand-in systemctl knows them there, and runs the timer's service when it is started, as systemd would.

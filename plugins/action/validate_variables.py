@@ -17,6 +17,7 @@ ARGS = {
     'hosts': {'type': 'list', 'elements': 'str'},
     'validate': {'type': 'list', 'elements': 'str', 'default': ['inventory', 'check']},
     'strict': {'type': 'bool'},
+    'restarts': {'type': 'bool'},
 }
 
 
@@ -61,9 +62,13 @@ class ActionModule(ActionBase):
         if strict is None:
             strict = boolean(self._templar.template(task_vars.get('vllm_strict_variables', False)), strict=False)
 
+        restarts = args['restarts']
+        if restarts is None:
+            restarts = bool(set(groups) & set(('watchdog', 'rollout')))
+
         known = _variables.known_specs()
         specs = _variables.specs_of(groups)
-        names_by_host, values_by_host = [], []
+        names_by_host, values_by_host, typed = [], [], {}
         for host in _unique(named + checked):
             try:
                 mine = hostvars[host]
@@ -83,21 +88,33 @@ class ActionModule(ActionBase):
                 if value is not _variables.NOT_SET:
                     values[name] = value
             values_by_host.append((host, values))
+            # What the names that say what a restart acts on hold on this host, set or misspelled (for the message).
+            typed[host] = dict((name, self._value(mine, name)) for name in names
+                               if name in _variables.TARGETS or (_variables.looks_ours(name) and name not in known))
+            typed[host] = dict((k, v) for k, v in typed[host].items() if v is not None)
 
         everyone = _variables.unknown_names(names_by_host, known)
         said = [entry for entry in everyone if set(entry['hosts']) & set(named)]
         mine = [dict(entry, hosts=[h for h in entry['hosts'] if h in checked]) for entry in everyone
                 if set(entry['hosts']) & set(checked)]
         invalid = _variables.value_problems(values_by_host, specs, _validate, name_hosts=args['hosts'] is not None)
-        warnings = [_variables.unknown_message(entry) for entry in said]
+        # Where a run restarts, a misspelled name that says what it acts on is an error on its host, never a warning.
+        wrong_target = _variables.targets(mine) if restarts else []
+        defaults = dict((name, spec.get('default')) for name, spec in known.items() if isinstance(spec, dict)
+                        and 'default' in spec)
+        # (each host's own run says it, as an error: never a warning first)
+        warnings = [_variables.unknown_message(entry) for entry in said
+                    if not (restarts and _variables.targets([entry]))]
         result.update(changed=False, unknown=mine, invalid=invalid)
         if warnings and not strict:
             result['warnings'] = warnings
-        errors = invalid + ([_variables.unknown_message(entry) for entry in mine] if strict else [])
+        errors = invalid + [_variables.target_message(entry, typed, defaults) for entry in wrong_target] + (
+            [_variables.unknown_message(entry) for entry in mine if entry not in wrong_target] if strict else [])
         if errors:
             result['failed'] = True
             result['msg'] = '; '.join(errors) + (
-                ' (vllm_strict_variables is true: an unknown variable is an error)' if strict and mine else '')
+                ' (vllm_strict_variables is true: an unknown variable is an error)'
+                if strict and [entry for entry in mine if entry not in wrong_target] else '')
         elif mine:
             result['msg'] = '%d variable(s) that modelops.vllm does not know: %s' % (
                 len(mine), ', '.join(entry['name'] for entry in mine))

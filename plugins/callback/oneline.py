@@ -16,8 +16,9 @@ description:
   - The output of the collection's playbooks as their reports read, for a terminal, a cron log or an AWX job
     without scrolling. Without C(-v), a playbook prints what it was written to say (the message of every
     C(ansible.builtin.debug) task that runs, such as the check's, the watchdog's and the rollout's line per server and
-    their total), every warning, one line per failure (the host, the task and its message, never a result dump) and a
-    last line with the count of hosts that were ok, changed, failed and unreachable.
+    their total), every warning, one line per failure (the host, the task and its message, never a result dump; the
+    hosts that failed a task the same way share one line, said when the task is done) and a last line with the count
+    of hosts that were ok, changed, failed and unreachable.
   - Not printed without C(-v), which prints exactly what P(ansible.builtin.default#callback) prints, are the play and
     task banners, the C(ok), C(changed) and C(skipping) line of each host and task, the C(FAILED - RETRYING) lines, a
     failure that a C(rescue) of its block handles or that C(ignore_errors) ignores, a host that did not answer in a
@@ -130,6 +131,8 @@ class CallbackModule(DefaultCallback):
         self._check_mode = False
         self._controller_play = False
         self._worked = set()  # the hosts of plays that are not for the controller alone (hosts: localhost)
+        # The failures of the running task, by what they say: one line for the hosts that failed the same way.
+        self._pending = {}
 
     # ----------------------------------------------------------------------------------------- helpers
 
@@ -161,7 +164,19 @@ class CallbackModule(DefaultCallback):
         where = '' if task.action in AUTHORED and item is None else ' (%s)' % task.get_name().strip()
         if item is not None:
             where = ' (%s, item=%s)' % (task.get_name().strip(), item)
-        self._say('%s: %s%s: %s' % (host, caption, where, text), color=color)
+        # Said when the task is done: the hosts that failed the same way share one line (one mistake, one line).
+        hosts = self._pending.setdefault((caption, where, text, color), [])
+        if host not in hosts:
+            hosts.append(host)
+
+    def _flush(self):
+        """The failures of the task that ended: one line per way of failing, naming its hosts."""
+        pending, self._pending = self._pending, {}
+        for (caption, where, text, color), hosts in pending.items():
+            hosts = sorted(hosts)
+            shown = ', '.join(hosts) if len(hosts) <= 5 else '%s and %d more (%d hosts)' % (
+                ', '.join(hosts[:5]), len(hosts) - 5, len(hosts))
+            self._say('%s: %s%s: %s' % (shown, caption, where, text), color=color)
 
     def _debug_lines(self, result):
         res, task, host = _result(result), _task(result), _host(result)
@@ -203,6 +218,7 @@ class CallbackModule(DefaultCallback):
             super(CallbackModule, self).v2_playbook_on_start(playbook)
 
     def v2_playbook_on_play_start(self, play):
+        self._flush()
         self._controller_play = list(getattr(play, 'hosts', None) or []) == ['localhost'] or (
             getattr(play, 'hosts', None) == 'localhost')
         if self._banners():
@@ -215,10 +231,12 @@ class CallbackModule(DefaultCallback):
             self._worked.add(_host(result))
 
     def v2_playbook_on_task_start(self, task, is_conditional):
+        self._flush()
         if self._banners():
             super(CallbackModule, self).v2_playbook_on_task_start(task, is_conditional)
 
     def v2_playbook_on_handler_task_start(self, task):
+        self._flush()
         if not self._compact():
             super(CallbackModule, self).v2_playbook_on_handler_task_start(task)
 
@@ -231,6 +249,7 @@ class CallbackModule(DefaultCallback):
             super(CallbackModule, self).v2_playbook_on_no_hosts_matched()
 
     def v2_playbook_on_no_hosts_remaining(self):
+        self._flush()
         if not self._compact():
             super(CallbackModule, self).v2_playbook_on_no_hosts_remaining()
 
@@ -350,6 +369,7 @@ class CallbackModule(DefaultCallback):
         return host in self._worked or not self._worked or bool(summary['failures'] or summary['unreachable'])
 
     def v2_playbook_on_stats(self, stats):
+        self._flush()
         if self._adhoc():
             return None  # as the minimal callback: the line of each host is all
         if not self._compact():

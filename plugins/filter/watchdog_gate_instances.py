@@ -52,8 +52,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 
 # The api_key goes to the gate (a no_log option) so that it masks the key wherever it appears in what it keeps.
-KEYS = ('name', 'kind', 'restart_method', 'service', 'compose_project_dir', 'status_command', 'logs_command', 'api_key',
-        'url_is_default')
+KEYS = ('name', 'kind', 'restart_method', 'service', 'compose_project_dir', 'restart_command', 'status_command',
+        'logs_command', 'api_key', 'url_is_default', 'assume_url_is_service')
+FLAGS = ('url_is_default', 'assume_url_is_service')
 
 
 def watchdog_gate_instances(instances, host=None, servers=None, missing=None):
@@ -68,8 +69,9 @@ def watchdog_gate_instances(instances, host=None, servers=None, missing=None):
             raise AnsibleFilterError('watchdog_gate_instances: every instance is a dict with a name, got %s'
                                      % (type(instance).__name__ if not isinstance(instance, dict) else 'one without'))
         item = dict((key, instance[key]) for key in KEYS if instance.get(key) not in (None, '', [], False))
-        if 'url_is_default' in item:
-            item['url_is_default'] = str(item['url_is_default']).lower() in ('true', '1', 'yes')
+        for flag in FLAGS:
+            if flag in item:
+                item[flag] = str(item[flag]).lower() in ('true', '1', 'yes', 'on')
         item['url'] = display_url(instance.get('url'))
         if servers is not None or missing:
             verdict = by_name.get('%s/%s' % (host, instance['name']))

@@ -29,6 +29,12 @@ options:
     description: Keep only these keys.
     type: list
     elements: str
+  problems:
+    description:
+      - With O(settings), return what is wrong (a list of sentences, empty when nothing is) instead of the instances,
+        so that a task that must not show the instances (they may carry API keys) can fail with the sentences.
+    type: bool
+    default: false
   settings:
     description:
       - The role's check and guard-rail settings (C(interval), C(probe_timeout), C(metrics_timeout), C(startup_grace),
@@ -58,9 +64,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.modelops.vllm.plugins.module_utils import _decide
 from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS
-from ansible_collections.modelops.vllm.plugins.module_utils._service import problems
+from ansible_collections.modelops.vllm.plugins.module_utils._service import problems as method_problems
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import url_mistake
 from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
 
 # setting: (smallest, largest, whether the smallest itself is allowed), as the modules that use them check them
@@ -80,16 +87,17 @@ def invalid(settings, instances):
                           % (key, range_words(limits, at_least='from'), settings[key]))
     for one in instances:
         name = one.get('name')
-        errors.extend('%s: %s' % (name, problem) for problem in problems(
+        errors.extend('%s: %s' % (name, problem) for problem in method_problems(
             one.get('restart_method'), one.get('service'), one.get('compose_project_dir'), one.get('restart_command')))
         if one.get('kind', 'backend') not in ('backend', 'proxy'):
             errors.append('%s: kind must be backend or proxy, got %r' % (name, one.get('kind')))
-        if not str(one.get('url') or '').startswith(('http://', 'https://')):
-            errors.append('%s: url must be an http:// or https:// URL' % name)
+        mistake = url_mistake(one.get('url'))
+        if mistake:
+            errors.append('%s: %s' % (name, mistake))
     return errors
 
 
-def watchdog_instances(instances, base, keys=None, settings=None):
+def watchdog_instances(instances, base, keys=None, settings=None, problems=False):
     if not isinstance(instances, (list, tuple)) or not isinstance(base, dict):
         raise AnsibleFilterError('watchdog_instances expects a list of dicts and a dict of settings')
     merged = []
@@ -108,6 +116,8 @@ def watchdog_instances(instances, base, keys=None, settings=None):
         raise AnsibleFilterError('instance names must be unique on a host: %s' % ', '.join(str(n) for n in names))
     if settings is not None:
         errors = invalid(settings, merged)
+        if problems:
+            return errors
         if errors:
             raise AnsibleFilterError('modelops.vllm.watchdog: invalid settings (see ansible-doc -t role '
                                      'modelops.vllm.watchdog): %s' % '; '.join(errors))

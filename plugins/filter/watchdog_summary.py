@@ -34,6 +34,15 @@ options:
   hostvars:
     description: The C(hostvars) of the play, to gather the results of the hosts given as the input.
     type: dict
+  textfile_required:
+    description:
+      - Whether a host whose textfile could not be written fails for it with its own line
+        (C(vllm_watchdog_textfile_required)), so that the summary says it only in the headline; the hosts that do not
+        fail for it get one summary line for all that share the same reason. One mistake is said once.
+      - With O(hostvars), what each host's gate returned (C(_vllm_watchdog_gate.textfile_required), the role's
+        C(vllm_watchdog_textfile_required) on that host) wins over this.
+    type: bool
+    default: false
 '''
 
 EXAMPLES = r'''
@@ -83,7 +92,9 @@ _value:
       type: list
       elements: str
     lines:
-      description: One line per host and instance, then one per host whose textfile could not be written.
+      description:
+        - One line per host and instance, then one per reason a textfile could not be written, naming its hosts (with
+          O(textfile_lines)).
       type: list
       elements: str
     headline:
@@ -183,9 +194,20 @@ def reason(item):
     return text
 
 
-def watchdog_summary(results, hostvars=None):
+def hosts_text(hosts, limit=5):
+    """'gb10-01', 'gb10-01, gb10-02', or 'gb10-01, ... and 95 more (100 hosts)'."""
+    if len(hosts) <= limit:
+        return ', '.join(hosts)
+    return '%s and %d more (%d hosts)' % (', '.join(hosts[:limit]), len(hosts) - limit, len(hosts))
+
+
+def watchdog_summary(results, hostvars=None, textfile_required=False):
+    required = {}
     if hostvars is not None:
-        results = play_results(results, hostvars)
+        hosts, results = results, play_results(results, hostvars)
+        for host, variables in each_host(hosts, hostvars, 'watchdog_summary'):
+            gate = variables.get(GATE) if isinstance(variables.get(GATE), dict) else {}
+            required[str(host)] = _truthy(gate.get('textfile_required', textfile_required))
     if not isinstance(results, list):
         raise AnsibleFilterError('watchdog_summary expects a list of results, got %s' % type(results).__name__)
     counts = count_states(results)
@@ -214,7 +236,11 @@ def watchdog_summary(results, hostvars=None):
         if item.get('textfile_error'):
             textfile.setdefault(str(item.get('host')), ' '.join(str(item['textfile_error']).split()))
     textfile_errors = ['%s: %s' % (host, why) for host, why in textfile.items()]
-    lines.extend('%s/*: watchdog: TEXTFILE NOT WRITTEN - %s' % (host, why) for host, why in textfile.items())
+    by_why = {}
+    for host, why in textfile.items():
+        if not required.get(host, _truthy(textfile_required)):  # else its own failure says it
+            by_why.setdefault(why, []).append(host)
+    lines.extend('%s: watchdog: TEXTFILE NOT WRITTEN - %s' % (hosts_text(hosts), why) for why, hosts in by_why.items())
     ordered = said_counts(counts, sorted(counts, key=lambda k: (-counts[k], k)))
     headline = 'vLLM watchdog: %d instance(s): %s; restarted: %s; needs a human: %s; unreachable hosts: %s' % (
         len(results), ordered or 'none', ', '.join(restarted) or 'none', ', '.join(failed) or 'none',

@@ -18,9 +18,12 @@ one that persists fails for a human; a pause switch; a server that vLLM itself s
 restarted, and one paused for longer than ``paused_limit`` fails for a human (a trainer that held the
 pause and died must not leave a server that never serves and never says so).
 
-A ``down`` server whose service runs needs proof that the URL is that service: its process listens on
-the URL's port, or it was seen serving at this URL before (``url_evidence``); without it, a human is
-asked and nothing is restarted (a misspelt ``vllm_url`` must never restart a busy server).
+Before any restart, whatever the verdict and the method, what the restart acts on must be shown to serve the URL
+the check judged: its process listens on the URL's port (or a container publishes it); for ``down``, a service that
+does not run while nothing listens there, or one seen serving at this URL before; for a method that names no
+process (``command``), the inventory's word (``service_evidence``). Without it, a human is asked and nothing is
+restarted: a misspelt ``vllm_url`` or a ``service`` that names another server must never restart a busy server. A
+restart that failed changed nothing: it gives no grace and no cooldown, and counts against the budget.
 
 The ladder, under the same budget: a vLLM restart; then, when the same hang comes back within
 ``rehang_window`` of a restart, when the kernel's log shows an NVIDIA Xid or ``NV_ERR_NO_MEMORY`` since
@@ -50,6 +53,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._types import durati
 
 NONE = 'none'
 RESTART = 'restart'
+# The outcome of a restart that changed nothing (its command failed, or the same process still answered after it).
+FAILED = 'failed'
 REBOOT = 'reboot'
 FAIL = 'fail'
 
@@ -59,6 +64,7 @@ DEFAULTS = {
     'max_restarts': 3,
     'restart_window': 86400,
     'unknown_limit': 3,
+    'down_limit': 3,
     'paused_limit': 3600,
     'reboot': False,
     'reboot_cooldown': 21600,
@@ -72,6 +78,7 @@ LIMITS = {
     'max_restarts': (0, 1000, True),
     'restart_window': (0, 366 * 86400, False),
     'unknown_limit': (1, 100000, True),
+    'down_limit': (1, 100000, True),
     'paused_limit': (0, 366 * 86400, False),
     'reboot_cooldown': (0, 366 * 86400, True),
     'rehang_window': (0, 366 * 86400, True),
@@ -95,6 +102,10 @@ def invalid_settings(settings):
         if in_range(value, limits) is None:
             errors.append('%s must be a number %s, got %r' % (key, range_words(limits), value))
     return errors
+
+
+def _count(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _finite(value):
@@ -209,34 +220,86 @@ def _times(values, now, window):
     return sorted(float(t) for t in values if _finite(t) and now - t < window and t <= now + SKEW)
 
 
-def url_evidence(proof, history, url, now):
-    """Whether something shows that ``url`` is the service that runs: (True/False, words).
-
-    ``proof`` (gathered by the gate on the host): ``listens`` True (a process of the service listens on the URL's
-    address and port), False (it does not; ``listening_on`` the addresses it does listen on), None (cannot be
-    told: no main process, another network namespace); ``process`` names the process, ``endpoint`` the URL's
-    address and port, ``why`` why it cannot be told. ``history['served']``: where and when the instance was last
-    seen serving. A process that listens elsewhere outweighs an old sighting (the service moved: the URL is stale).
-    """
-    proof = proof if isinstance(proof, dict) else {}
-    who = proof.get('process') or 'its main process'
-    where = proof.get('endpoint') or 'the URL\'s port'
+def _seen_serving(history, url, now):
+    """When the instance was last seen serving at ``url`` (its history's ``served``), or None."""
     served = (history or {}).get('served')
-    seen = None
     if isinstance(served, dict) and url and served.get('url') == url and _finite(served.get('at')) \
             and served['at'] <= now + SKEW:
-        seen = served['at']
+        return served['at']
+    return None
+
+
+def service_evidence(state, service, proof, history, url, now):
+    """Whether what a restart acts on (the unit, the container, the command) is shown to serve ``url``: (True/False,
+    words that name the URL, what a restart acts on and what each holds).
+
+    ``proof`` (gathered by the gate on the host): ``unit`` (what a restart acts on, in words), ``exists`` False (the
+    service manager has no such unit or container), ``listens`` True (a process of the service listens on the URL's
+    address and port, or the container publishes it), False (it does not; ``listening_on`` where it does), None (it
+    cannot be told: ``why``); ``process`` names the service's main process, ``endpoint`` the URL's address and port,
+    ``held_by`` the processes of this host that listen there instead, ``can_prove`` whether the method names a process
+    at all (``command`` does not), ``assumed`` whether the inventory says that the service is the URL's
+    (``vllm_watchdog_assume_url_is_service``). ``history['served']``: where and when the instance was last seen
+    serving, which stands for a ``down`` server whose service runs and listens nowhere.
+
+    What contradicts the URL (another port, another process on the URL's port, no such unit, a unit that does not run
+    while the URL answers) is never outweighed, not by an old sighting nor by the inventory's word.
+    """
+    proof = proof if isinstance(proof, dict) else {}
+    service = service if isinstance(service, dict) else {}
+    if proof.get('given'):  # the caller gave the service's state (the gate's name option): nothing to show
+        return True, ''
+    unit = proof.get('unit') or 'the service'
+    who = proof.get('process') or 'its main process'
+    where = proof.get('endpoint') or 'the URL\'s port'
+    held = proof.get('held_by')
+    there = '; %s is held by %s' % (where, held) if held else ''
     listens, elsewhere = proof.get('listens'), [str(e) for e in proof.get('listening_on') or []][:3]
+    published = proof.get('published') is not None
+    if proof.get('exists') is False:
+        return False, '%s does not exist (%s)%s' % (unit, service.get('status') or 'the service manager has none',
+                                                    there)
     if listens is True:
-        return True, '%s listens on %s' % (who, where)
-    if listens is False and elsewhere:
-        return False, '%s listens on %s, not on %s' % (who, ', '.join(elsewhere), where)
-    if seen is not None:
-        return True, 'it was seen serving at this URL %s' % _when(seen, now)
+        return True, ('%s publishes %s' % (unit, where) if published
+                      else '%s: %s listens on %s' % (unit, who, where))
+    seen = _seen_serving(history, url, now)
+    never = ', and it was never seen serving at this URL' if state == 'down' else ''
     if listens is False:
-        return False, 'it was never seen serving at this URL, and %s listens on no TCP port' % who
-    return False, 'it was never seen serving at this URL, and %s' % (
-        proof.get('why') or 'no process of the service can be found to see what it listens on')
+        if elsewhere and published:
+            return False, '%s publishes %s, not %s%s' % (unit, ', '.join(elsewhere), where, there)
+        if elsewhere:
+            return False, '%s: %s listens on %s, not on %s%s' % (unit, who, ', '.join(elsewhere), where, there)
+        if held or state != 'down' or seen is None:
+            return False, '%s: %s listens on no TCP port%s%s' % (unit, who, never, there)
+        return True, 'it was seen serving at this URL %s' % _when(seen, now)
+    if not proof.get('can_prove', True):
+        if proof.get('assumed'):
+            return True, ('the inventory says that %s restarts the server at %s (vllm_watchdog_assume_url_is_service; '
+                          'its method cannot show it)' % (unit, url or 'the URL'))
+        return False, ('%s names no process, so nothing can show that it restarts the server at %s%s; if it does, say so '
+                       'with vllm_watchdog_assume_url_is_service: true (the instance\'s assume_url_is_service)'
+                       % (unit, url or 'the URL', there))
+    if service.get('running') is False:
+        if state != 'down':
+            return False, '%s does not run, yet %s answers: something else serves it%s' % (
+                unit, url or 'the URL', there)
+        if held:
+            return False, '%s does not run%s: that is the server at %s, not %s' % (unit, there, url or 'the URL', unit)
+        return True, '%s does not run and nothing listens on %s: starting it stops no server' % (unit, where)
+    if state == 'down' and seen is not None:
+        return True, 'it was seen serving at this URL %s' % _when(seen, now)
+    if proof.get('assumed'):
+        return True, ('the inventory says that %s serves %s (vllm_watchdog_assume_url_is_service; not shown here: %s)'
+                      % (unit, url or 'the URL', proof.get('why') or '?'))
+    why = proof.get('why') or 'no process of the service can be found to see what it listens on'
+    if state == 'down':
+        return False, '%s: it was never seen serving at this URL, and %s%s' % (unit, why, there)
+    return False, '%s: %s%s' % (unit, why, there)
+
+
+def url_evidence(proof, history, url, now):
+    """``service_evidence`` of a ``down`` server whose service runs (the proof of issue 15): (True/False, words)."""
+    return service_evidence('down', {'running': True}, proof, history, url, now)
 
 
 def gpu_errors(kernel, since):
@@ -288,17 +351,22 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
            url_proof=None, kernel=None):
     """Decide what the watchdog does about one server.
 
+    Before any restart, whatever the verdict and the method, what the restart acts on must be shown to serve the URL
+    the check judged (``service_evidence``); unproven, a human is asked. A ``down`` seen ``down_limit`` runs in a row
+    without a restart (a crash loop, a start that never ends) asks a human too, as ``unknown_limit`` unknowns do.
+
     state: the health verdict (``stuck``, ``down``, ...).
     service: {'running': True/False/None, 'started_at': a start time or None, 'status': str}.
     history: as kept on the host (see empty_history; read it with load_history).
     process_start: vLLM's own process_start_time_seconds, when the check saw it.
     failed_restart: {'at': epoch, 'error': str} when the last restart attempt failed.
     url: the instance's URL (as shown); where it is seen serving is remembered (``history['served']``).
-    url_proof: what the host shows about the URL and the service's process (see ``url_evidence``), and
+    url_proof: what the host shows about the URL and what a restart acts on (see ``service_evidence``), and
     ``default_url``: the URL is only the role's fallback.
     kernel: the kernel's lines that matter ({'time', 'kind', 'line'}), or None when not read.
     Returns a dict: action (none/restart/reboot/fail), reason, history (updated; a restart or a reboot is recorded
-    in it), numbers, and ``notes`` (times that were ignored, ...).
+    in it), numbers, ``notes`` (times that were ignored, ...), and ``evidence`` (True: a human is asked to look at
+    the evidence, which the gate then keeps).
     """
     conf = dict(DEFAULTS)
     conf.update(dict((k, v) for k, v in (settings or {}).items() if v is not None))
@@ -315,6 +383,12 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     kept = [t for t in hist['restarts'] if now - t < max(window, float(conf['startup_grace'])) and t <= now + SKEW]
     recent = [t for t in kept if now - t < window]
     hist['restarts'] = kept
+    # A restart that failed (its command failed, or the same process still answered after it) changed nothing: it
+    # gives no start-up grace and no cooldown, but it counts against the budget as every restart attempted does.
+    failed_at = [t for t in _times(hist.get('failed_restarts'), now, max(window, float(conf['startup_grace'])))
+                 if t in kept]
+    hist['failed_restarts'] = failed_at
+    worked = [t for t in kept if t not in failed_at]
     hist['last_check'] = now
     hist['last_state'] = state
     hist['unknown_streak'] = hist['unknown_streak'] + 1 if state == 'unknown' else 0
@@ -329,9 +403,18 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
             starts[label] = value
     started_at = max(starts.values()) if starts else None
     uptime = now - started_at if started_at is not None else None
-    last_restart = kept[-1] if kept else None
-    cooldown = required_cooldown(len(recent), float(conf['cooldown']))
     grace = float(conf['startup_grace'])
+    if state == 'down':
+        # A start seen once more within the grace is one load going on, not a new failure; a new start every run (a
+        # crash loop), a start past the grace, or none known counts.
+        loading = started_at is not None and uptime < grace and hist.get('down_start') == started_at
+        hist['down_streak'] = _count(hist.get('down_streak')) + (0 if loading else 1)
+        hist['down_start'] = started_at
+    else:
+        hist.pop('down_streak', None)
+        hist.pop('down_start', None)
+    last_restart = worked[-1] if worked else None
+    cooldown = required_cooldown(len(recent), float(conf['cooldown']))
     healthy_at = healthy_since(hist, started_at, grace)
     if state in HEALTHY:
         if url:
@@ -352,9 +435,17 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         'uptime': uptime,
         'notes': notes,
         'gpu_errors': [],
+        'evidence': False,
     }
 
     def result(action, reason):
+        if action == NONE and state == 'down' and not paused and hist.get('down_streak', 0) >= int(conf['down_limit']):
+            action, out['evidence'] = FAIL, True
+            reason = ('down %d runs in a row and not restarted (%s): it does not come back by itself (a crash loop, a '
+                      'start that never ends, out of memory at start-up); a human must look at the service\'s log in '
+                      'the evidence' % (hist['down_streak'], reason))
+        if action == RESTART:
+            hist.pop('down_streak', None)
         out['action'] = action
         out['reason'] = reason + (' (%s)' % '; '.join(notes) if notes else '')
         in_window = len([t for t in hist['restarts'] if now - t < window])
@@ -389,6 +480,7 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     hist.pop('paused_since', None)
     if state == 'unknown':
         if hist['unknown_streak'] >= int(conf['unknown_limit']):
+            out['evidence'] = True
             return result(FAIL, 'the check could not judge the server %d runs in a row: it is not restarted on '
                                 'unknown; a human should look at the evidence' % hist['unknown_streak'])
         return result(NONE, 'unknown is never a reason to restart (%d of %d runs in a row before asking a human)'
@@ -401,7 +493,7 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     if paused:
         return result(NONE, 'the watchdog is paused: it would consider a restart of a %s server' % state)
     which = ' and '.join(sorted(starts)) if starts else ''
-    proved = ''
+    proved, shown = service_evidence(state, service, proof, hist, url, now)
     if state == 'down':
         running = service.get('running')
         if running is None:
@@ -414,13 +506,10 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         if running and uptime < grace:
             return result(NONE, 'down, but the service has been running for %s, within the start-up grace of %s: it is '
                                 'starting (loading weights), not restarted' % (duration(uptime), duration(grace)))
-        if running:
-            ok, words = url_evidence(proof, hist, url, now)
-            if not ok:
-                return result(FAIL, 'down, and the service has been running for %s, but nothing shows that %s is '
-                                    'this service: %s. The URL may be wrong: not restarted; a human must look'
-                              % (duration(uptime), url or 'the URL', words))
-            proved = '; %s' % words
+        if running and not proved:
+            return result(FAIL, 'down, and the service has been running for %s, but nothing shows that %s is this '
+                                'service: %s. The URL may be wrong: not restarted; a human must look'
+                          % (duration(uptime), url or 'the URL', shown))
     elif uptime is not None and uptime < grace:
         return result(NONE, 'stuck, but it started %s ago (by %s), within the start-up grace of %s: not restarted yet'
                       % (duration(uptime), which, duration(grace)))
@@ -437,7 +526,8 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     step = hist.get('last_step') if isinstance(hist.get('last_step'), dict) else {}
     rehang = float(conf['rehang_window'])
     if state == 'stuck' and rehang > 0 and step.get('state') == 'stuck' and _finite(step.get('at')) \
-            and 0 <= now - step['at'] < rehang and step.get('step') in (RESTART, REBOOT):
+            and 0 <= now - step['at'] < rehang and step.get('step') in (RESTART, REBOOT) \
+            and step.get('outcome') != FAILED:
         if step['step'] == REBOOT:
             return result(FAIL, 'stuck again %s after a host reboot, within %s: neither a restart nor a reboot '
                                 'cleared this hang; a human must look' % (duration(now - step['at']), duration(rehang)))
@@ -445,18 +535,28 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
                          'hang came back, and another restart would not clear it'
                          % (duration(now - step['at']), duration(rehang)), hist, recent, now, conf, state, result)
     if len(recent) >= int(conf['max_restarts']):
-        return result(FAIL, '%s, but the restart budget is spent: %d restart(s) in the last %s; the watchdog stops '
-                            'restarting and asks a human' % (state, len(recent), duration(window)))
+        failed_words = (', %d of them failed' % len([t for t in failed_at if t in recent])
+                        if [t for t in failed_at if t in recent] else '')
+        return result(FAIL, '%s, but the restart budget is spent: %d restart(s) attempted in the last %s%s (the budget '
+                            'counts every restart attempted, a failed one too); the watchdog stops restarting and asks '
+                            'a human' % (state, len(recent), duration(window), failed_words))
     if last_restart is not None and now - last_restart < cooldown:
         return result(NONE, '%s, but in cooldown: the last restart was %s ago and the cooldown is now %s (it grows with '
                             'every restart)' % (state, duration(now - last_restart), duration(cooldown)))
+    if not proved:
+        return result(FAIL, '%s, but nothing shows that %s serves %s, the URL the check judged: %s. Not restarted (a '
+                            'restart of it may not reach that server, and may stop another); a human must look: name '
+                            'what serves the URL (vllm_watchdog_service, the instance\'s service), or say that it does '
+                            '(vllm_watchdog_assume_url_is_service: true)'
+                      % (state, (proof or {}).get('unit') or 'what a restart acts on', url or 'the URL', shown))
     why = 'stuck' if state == 'stuck' else 'down and the service is %s' % (
         'not running (%s)' % (service.get('status') or 'stopped') if not service.get('running')
-        else 'running for %s without answering, past the start-up grace%s' % (duration(uptime), proved))
+        else 'running for %s without answering, past the start-up grace' % duration(uptime))
     hist['restarts'] = recent + [now]
     hist['last_step'] = {'step': RESTART, 'at': now, 'state': state}
-    return result(RESTART, 'restart: %s (restart %d of at most %d in %s)'
-                  % (why, len(hist['restarts']), int(conf['max_restarts']), duration(window)))
+    return result(RESTART, 'restart: %s%s (restart %d of at most %d in %s, a failed one counted too)'
+                  % (why, '; %s' % shown if shown else '', len(hist['restarts']), int(conf['max_restarts']),
+                     duration(window)))
 
 
 def decide_escalation(history, now, settings, why):

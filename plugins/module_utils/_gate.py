@@ -37,6 +37,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     DEFAULTS,
     FAIL,
+    FAILED,
     HEALTHY,
     NONE,
     REBOOT,
@@ -50,8 +51,11 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     MAX_OUTPUT,
     logs_command,
     lookup,
+    planned_commands,
+    published_ports,
     run_argv,
     service_status,
+    target,
 )
 
 # The verdict's numbers kept in the verdict history and returned to the role.
@@ -114,6 +118,11 @@ def _failed_restart(text):
     return data
 
 
+def _clip(text, limit):
+    text = ' '.join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
 def _stamp(now, fmt='%Y-%m-%dT%H:%M:%SZ'):
     return time.strftime(fmt, time.gmtime(now))
 
@@ -139,10 +148,11 @@ class Gate(object):
         """The runner as ``service_status`` takes it: ``run(argv) -> (rc, stdout, stderr)``."""
         return self.runner(argv, timeout=self.p['status_timeout'], keep=MAX_OUTPUT)
 
-    def service_of(self, item, state):
+    def service_of(self, item, state, always=False):
+        """What the service manager says: asked for a stuck or down instance (or ``always``, for the evidence)."""
         if item.get('given_service') is not None:
             return item['given_service']
-        if state not in ('stuck', 'down'):
+        if state not in ('stuck', 'down') and not always:
             return {}
         return service_status(self.run_cmd, item['restart_method'], item.get('service'),
                               item.get('compose_project_dir'), item.get('status_command'))
@@ -173,31 +183,55 @@ class Gate(object):
         return None, pids, 'the processes that listen on the URL\'s port %s' % port
 
     def url_proof(self, item, service):
-        """What shows (or not) that the URL is the service that runs (see _decide.url_evidence)."""
+        """What shows (or not) that what a restart acts on (the unit, the container) serves the URL: the service's
+        processes listen on the URL's address and port, or the container publishes that port; and what listens there
+        instead (see _decide.service_evidence)."""
+        method = lookup(item['restart_method'])
+        proof = {'default_url': bool(item.get('url_is_default')), 'listens': None,
+                 'assumed': bool(item.get('assume_url_is_service')),
+                 'can_prove': method is not None and method.main_pid is not None,
+                 'unit': target(item['restart_method'], item.get('service'), item.get('compose_project_dir'),
+                                item.get('restart_command'))}
+        if service.get('exists') is False:
+            proof['exists'] = False
         host, port = _host.url_endpoint(item.get('url'))
-        proof = {'default_url': bool(item.get('url_is_default')), 'listens': None}
         if not port:
             proof['why'] = 'the URL names no port'
             return proof
         addresses = _host.addresses_of(host)
         proof['endpoint'] = _host.endpoint(addresses[0] if addresses else host, port)
         pid = service.get('main_pid')
-        if not pid:
-            proof['why'] = 'the service manager names no main process of the service (%s)' % (
-                'the %s method has none' % item['restart_method']
-                if getattr(lookup(item['restart_method']), 'main_pid', None) is None else 'MainPID is 0')
+        pids = _host.tree(pid) if pid else []
+        holders = [p for p in _host.listener_pids(port, addresses) if p not in pids]
+        roots = [p for p in holders if (_host.proc_stat(p) or (0, ''))[0] not in holders]
+        if roots:
+            proof['held_by'] = ', '.join(_host.describe(p) for p in roots[:3])
+        if not proof['can_prove']:
+            proof['why'] = 'the %s method names no process of what it restarts' % item['restart_method']
             return proof
-        pids = _host.tree(pid)
+        if not pid:
+            proof['why'] = 'the service manager names no main process of it (%s)' % (
+                'it does not run' if service.get('running') is False else 'its main process is 0')
+            return proof
         if not pids:
             proof['why'] = 'its main process %d is not there' % pid
             return proof
         found, same = _host.listeners(pids)
-        proof['process'] = 'its main process %d (%s)' % (pid, self.processes(item, service)[2])
+        proof['process'] = 'its main %s' % _host.describe(pid)
         proof['listening_on'] = sorted(set(_host.endpoint(f['address'], f['port']) for f in found))[:5]
         if same is not True:
+            proof['listening_on'] = []
+            if same is False and item['restart_method'] in ('docker', 'compose'):
+                # A container with a network of its own: the host's port is the one it publishes.
+                published = published_ports(self.run_cmd, service.get('container') or item.get('service'))
+                if published is not None:
+                    proof['published'] = sorted(set('%s -> %s' % (_host.endpoint(a, p), inner)
+                                                    for a, p, inner in published))[:5]
+                    proof['listens'] = any(p == port and _host.matches(a, addresses) for a, p, inner in published)
+                    proof['listening_on'] = sorted(set(_host.endpoint(a, p) for a, p, inner in published))[:5]
+                    return proof
             proof['why'] = ('%s runs in a network namespace of its own (a container): its ports are not the URL\'s'
                             % proof['process']) if same is False else 'its network namespace cannot be read'
-            proof['listening_on'] = []
             return proof
         proof['listens'] = any(f['port'] == port and _host.matches(f['address'], addresses) for f in found)
         return proof
@@ -246,12 +280,10 @@ class Gate(object):
                 return self.finish(item, out, paths, None)
             failed = _failed_restart(statedir.read_text(paths['failed']))
             proof = kernel = None
-            if state == 'down' and service.get('running'):
-                proof = self.url_proof(item, service)
-                out['url_proof'] = proof
-            elif state == 'down':
-                proof = {'default_url': bool(item.get('url_is_default'))}
             if state in ('stuck', 'down'):
+                # Before any restart: what shows that what it acts on serves the URL the check judged.
+                proof = {'given': True} if item.get('given_service') is not None else self.url_proof(item, service)
+                out['url_proof'] = proof
                 kernel = self.kernel().get('lines')
             decision = decide(state, service, history, self.clock(), self.settings, paused=paused,
                               process_start=process_start, failed_restart=failed, url=item.get('url'),
@@ -261,6 +293,13 @@ class Gate(object):
                 reason += ' (%s)' % pause_note
             if failed and decision['action'] == FAIL:
                 reason += '. When it serves again, or to let the watchdog try again, remove %s' % paths['failed']
+            if decision['action'] == RESTART:
+                out['commands'] = planned_commands(item['restart_method'], item.get('service'),
+                                                   item.get('compose_project_dir'), item.get('restart_command'),
+                                                   self.p.get('release_memory'))
+                if self.check_mode:
+                    reason += '; check mode: it would run %s' % out['commands']
+            out['evidence_wanted'] = bool(decision.get('evidence'))
             out.update(action=decision['action'], decision=reason, paused=paused,
                        restarts_in_window=decision['restarts_in_window'], budget_left=decision['budget_left'],
                        cooldown=decision['cooldown'], uptime=decision['uptime'], history=decision['history'])
@@ -282,6 +321,7 @@ class Gate(object):
     def finish(self, item, out, paths, verdict):
         """Append the verdict line, keep the evidence of a restart; nothing in check mode."""
         if self.check_mode:
+            out.pop('evidence_wanted', None)
             return out
         record = {'time': _stamp(self.clock()), 'state': out['state'],
                   'reason': out['reason'][:500], 'action': out['action'], 'decision': out['decision'][:500]}
@@ -294,8 +334,10 @@ class Gate(object):
                                  max_bytes=self.p['history_max_bytes'])
         except (statedir.StateError, OSError) as exc:
             out['decision'] += ' (the verdict history could not be written: %s)' % exc
-        if out['action'] in (RESTART, REBOOT) or (out['action'] == FAIL and out.get('gpu_errors')):
+        asks_human = out['action'] == FAIL and (out.get('gpu_errors') or out.get('evidence_wanted'))
+        if out['action'] in (RESTART, REBOOT) or asks_human:
             out['evidence_file'] = self.evidence(item, out, paths, verdict)
+        out.pop('evidence_wanted', None)
         return out
 
     def evidence(self, item, out, paths, verdict):
@@ -316,6 +358,9 @@ class Gate(object):
                                   pids, self.p, since=max(started) if started else None, kernel=self.kernel()
                                   if self.p['kernel_log'] else None)
         found['processes_found_by'] = how
+        if not out['service'] and item.get('restart_method'):
+            # Asked now for an instance a human is to look at (unknown runs in a row): what the service manager says.
+            out['service'] = self.service_of(item, out['state'], always=True)
         evidence = {
             'host': os.uname()[1], 'instance': out['name'], 'url': item.get('url') or out['verdict'].get('url'),
             'restart_method': item['restart_method'], 'verdict': verdict, 'service': out['service'],
@@ -325,6 +370,10 @@ class Gate(object):
             'hang': found,
         }
         out['evidence'] = _evidence.summary(found)
+        if out.get('evidence_wanted'):
+            # A human is asked to look: the line says what the service's log ends with (a restart's line does not).
+            out['evidence'] += ', %d line(s) of its log, the last: %s' % (len(logs), _clip(logs[-1], 160)) \
+                if logs else ', no log'
         # A line of the history that was cut (a crash, a full disk) is named, never taken for a verdict.
         evidence['recent_verdicts'], damaged = statedir.tail_json(paths['verdicts'], 20)
         if damaged:
@@ -361,13 +410,62 @@ class Gate(object):
         return results
 
     def record_failure(self, name, error):
-        """Record that the restart of ``name`` failed: the sentence that says so."""
+        """Record that the restart of ``name`` failed (the failed-restart record, and the outcome in its histories):
+        the sentence that says so."""
         paths = statedir.paths(self.p['state_dir'], name)
         error = self.redact(error)[:1000]
         if not self.check_mode:
             statedir.write_text(paths['failed'], json.dumps({'at': self.clock(), 'error': error}) + '\n')
+            self.record_outcome(name, FAILED, error)
         return ('the restart of %s failed (%s); recorded in %s: the host fails on every run until %s serves again or '
-                'a human removes that file' % (name, error, paths['failed'], name))
+                'a human removes that file. A failed restart gives no start-up grace; it counts against the restart '
+                'budget' % (name, error, paths['failed'], name))
+
+    def record_outcome(self, name, outcome, why=''):
+        """Record how the restart the gate decided for ``name`` ended, under its lock: ``outcome`` is the verdict after
+        it (``idle``, ``busy``, ...) or ``failed`` (its command failed, the same process still answered, it was not
+        ready), ``why`` the words. Kept in the restart history (the last step's ``outcome``, ``outcomes``; a failed one
+        in ``failed_restarts``, so that it gives no grace) and as a line of the verdict history. The words."""
+        p = self.p
+        why = self.redact(str(why or ''))[:600]
+        paths = statedir.paths(p['state_dir'], name)
+        said = 'failed: %s' % why if outcome == FAILED else 'now %s%s' % (outcome, ' (%s)' % why if why else '')
+        if self.check_mode:
+            return said
+        fd = statedir.open_lock(paths['lock'])
+        try:
+            if statedir.lock(fd, p['lock_timeout']) is None:
+                return '%s (not recorded: another watchdog run holds %s)' % (said, paths['lock'])
+            history, damage = load_history(statedir.read_text(paths['history']))
+            if damage:
+                return '%s (not recorded: the restart history %s cannot be trusted: %s)' % (
+                    said, paths['history'], damage)
+            step = history.get('last_step') if isinstance(history.get('last_step'), dict) else None
+            ours = step is None or step.get('step') == RESTART  # a reboot's outcome is the reboot's (reboot.yml)
+            at = step.get('at') if step and ours else None
+            if at is None and ours and history['restarts']:
+                at = history['restarts'][-1]
+            if step is not None and ours:
+                step.update(outcome=outcome, why=why[:300])
+            if outcome == FAILED and at is not None:
+                failed = [t for t in history.get('failed_restarts') or [] if isinstance(t, (int, float))]
+                history['failed_restarts'] = sorted(set(failed + [at]))
+            outcomes = history.get('outcomes') if isinstance(history.get('outcomes'), list) else []
+            history['outcomes'] = (outcomes + [{'at': at, 'recorded': self.clock(), 'outcome': outcome,
+                                                'why': why[:300]}])[-20:]
+            statedir.write_text(paths['history'], json.dumps(history, indent=1, sort_keys=True) + '\n')
+        finally:
+            os.close(fd)
+        record = {'time': _stamp(self.clock()), 'state': outcome if outcome != FAILED else history.get('last_state'),
+                  'action': 'restart failed' if outcome == FAILED else 'restarted', 'outcome': said,
+                  'reason': why, 'decision': 'the outcome of the restart decided %s' % _stamp(at) if at else '',
+                  'step': True}
+        try:
+            statedir.append_line(paths['verdicts'], json.dumps(self.redact(record), sort_keys=True),
+                                 max_bytes=p['history_max_bytes'])
+        except (statedir.StateError, OSError):
+            pass
+        return said
 
     def escalate(self, name, why):
         """The step after a restart that was stopped because the memory did not come back: decided under the lock,
@@ -384,8 +482,16 @@ class Gate(object):
             if damage:
                 return FAIL, '%s, and the restart history %s cannot be trusted (%s): a human must look' % (
                     why, paths['history'], damage), {}
+            step = history.get('last_step') if isinstance(history.get('last_step'), dict) else {}
+            stopped_at = step.get('at') if step.get('step') == RESTART else None
             decision = decide_escalation(history, self.clock(), self.settings, why)
             hist = decision['history']
+            if decision['action'] == FAIL and stopped_at is not None:
+                # The restart stopped vLLM and did not start it: it gives no start-up grace.
+                failed = [t for t in hist.get('failed_restarts') or [] if isinstance(t, (int, float))]
+                hist['failed_restarts'] = sorted(set(failed + [stopped_at]))
+                if isinstance(hist.get('last_step'), dict) and hist['last_step'].get('at') == stopped_at:
+                    hist['last_step'] = dict(hist['last_step'], outcome=FAILED, why=why[:300])
             hist['last_action'] = decision['action']
             hist['last_reason'] = decision['reason'][:500]
             _count_step(hist, decision['action'])

@@ -312,6 +312,12 @@ def exe_name(pid, proc='/proc'):
         return ''
 
 
+def describe(pid, proc='/proc'):
+    """A process in a few words, as a message names it: ``process 1234 (vllm serve /models/x --port 8001)``."""
+    line = cmdline(pid, proc, 400) or exe_name(pid, proc) or '?'
+    return 'process %d (%s)' % (pid, line if len(line) <= 80 else line[:77] + '...')
+
+
 def looks_like_python(pid, proc='/proc'):
     """Whether py-spy may find an interpreter in the process (a python executable, or vLLM's retitled ones)."""
     exe = exe_name(pid, proc).lower()

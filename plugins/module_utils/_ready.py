@@ -103,6 +103,19 @@ def new_process(before, after):
                    'show it): the restart is not confirmed' % (how, after.profile.no_start_time_hint))
 
 
+def still_answers(client, before):
+    """After a stop that returned: how the process from before the restart is seen still answering ``/metrics``, or
+    None (it is gone, another one answers, or nothing can tell). A stop that returned while that process still
+    answers stopped another service than the server at the URL."""
+    if client is None or before is None:
+        return None
+    after = read_process(client)
+    if after is None:
+        return None
+    same, how = same_process(before, after)
+    return how if same else None
+
+
 def wait_ready(client, timeout, delay, model=None, sleep=None, clock=None, before=None):
     """Poll until ready or ``timeout`` seconds: returns {'ok', 'seconds', 'health', 'models', 'polls', 'why',
     'start_time', 'new_process'}. With ``before`` (a Reading of the process before the restart), ready also

@@ -35,7 +35,12 @@ def _line(result):
     what = WORDS.get(result['action'], result['action'])
     evidence = ' [evidence %s: %s]' % (result['evidence_file'], result['evidence']) \
         if result.get('evidence_file') and result.get('evidence') else ''
-    return '%s/%s: %s - watchdog: %s (%s)%s%s' % (result['host'], result['instance'], result['state'], what,
+    state = result['state']
+    if state == 'unknown' and result.get('reason'):
+        # Why the check could not judge (HTTP 401 (check api_key), a timeout): the one thing to fix.
+        reason = ' '.join(str(result['reason']).split())
+        state = 'unknown (%s)' % (reason if len(reason) <= 200 else reason[:197] + '...')
+    return '%s/%s: %s - watchdog: %s (%s)%s%s' % (result['host'], result['instance'], state, what,
                                                   result['decision'], after, evidence)
 
 

@@ -90,14 +90,17 @@ class Method(object):
     - ``logs``: the argv whose output is the recent log; ``status``: the first argv that asks the service manager,
       ``parse(run, rc, stdout, stderr)`` what its answer means, ``cannot_ask`` why it cannot be asked without
       the settings.
-    - ``main_pid``: what names the service's main process (for the evidence of a hang), None when it has none.
+    - ``main_pid``: what names the service's main process (for the evidence of a hang and the proof that it serves the
+      URL), None when it has none.
+    - ``target``: what a restart acts on, in words, with the settings as ``%(service)s``, ``%(compose_project_dir)s``
+      and ``%(command)s`` (``target`` below).
     """
 
     __slots__ = ('name', 'needs', 'upgrade_needs', 'restart', 'upgrade', 'stop', 'start', 'logs', 'status', 'parse',
-                 'cannot_ask', 'main_pid')
+                 'cannot_ask', 'main_pid', 'target')
 
     def __init__(self, name, needs, restart, upgrade, stop, start, logs, status, parse, cannot_ask, main_pid,
-                 upgrade_needs=()):
+                 upgrade_needs=(), target='%(service)s'):
         self.name = name
         self.needs = tuple(needs)
         self.upgrade_needs = tuple(upgrade_needs)
@@ -110,6 +113,7 @@ class Method(object):
         self.parse = parse
         self.cannot_ask = cannot_ask
         self.main_pid = main_pid
+        self.target = target
 
     def __repr__(self):
         return 'Method(%r)' % self.name
@@ -188,6 +192,29 @@ def stop_start_commands(method, service=None, compose_project_dir=None):
     return _build(one, one.stop, values, ()), _build(one, one.start, values, ())
 
 
+def target(method, service=None, compose_project_dir=None, command=None):
+    """What a restart by ``method`` acts on, in words (``the systemd unit vllm-b``)."""
+    one = lookup(method)
+    if one is None:
+        return 'an unknown restart method %r' % (method,)
+    return one.target % {'service': service or '?', 'compose_project_dir': compose_project_dir or '?',
+                         'command': ' '.join(str(part) for part in command or []) or '?'}
+
+
+def planned_commands(method, service=None, compose_project_dir=None, command=None, release_memory=False):
+    """The commands a watchdog restart runs, in words: ``systemctl stop vllm; then, once the memory is back,
+    systemctl start vllm`` (or the one restart command), or why there are none."""
+    try:
+        split = stop_start_commands(method, service, compose_project_dir) if release_memory else None
+        if split:
+            stop, start = ('; '.join(' '.join(argv) for argv in half) for half in split)
+            return '%s; then, once the memory is back, %s' % (stop, start)
+        return '; '.join(' '.join(str(part) for part in argv)
+                         for argv in restart_commands(method, service, compose_project_dir, command))
+    except ServiceError as exc:
+        return 'none (%s)' % exc
+
+
 def logs_command(method, service=None, compose_project_dir=None, command=None, lines=200):
     """The command whose output is the service's recent log, or None."""
     lines = str(int(lines))
@@ -196,7 +223,9 @@ def logs_command(method, service=None, compose_project_dir=None, command=None, l
 
 
 def parse_systemd_show(rc, stdout, stderr=''):
-    """``systemctl show UNIT --property=ActiveState,SubState,ExecMainStartTimestamp --timestamp=unix``."""
+    """``systemctl show UNIT --property=ActiveState,SubState,ExecMainStartTimestamp,MainPID,LoadState
+    --timestamp=unix``. A unit systemd does not know (``LoadState=not-found``; ``systemctl show`` still exits 0 and
+    says ``inactive/dead``) is ``exists`` False."""
     props = {}
     for line in (stdout or '').splitlines():
         key, sep, value = line.partition('=')
@@ -205,6 +234,9 @@ def parse_systemd_show(rc, stdout, stderr=''):
     if rc != 0 or 'ActiveState' not in props:
         return {'running': None, 'started_at': None,
                 'status': 'systemctl show failed: %s' % ((stderr or '').strip()[-200:] or 'exit %s' % rc)}
+    if props.get('LoadState') == 'not-found':
+        return {'running': False, 'started_at': None, 'exists': False, 'main_pid': None,
+                'status': 'no such unit (systemctl show: LoadState=not-found)'}
     active, sub = props['ActiveState'], props.get('SubState', '')
     return {
         'running': active in ('active', 'activating', 'reloading'),
@@ -233,8 +265,11 @@ def parse_docker_state(rc, stdout, stderr=''):
         except (ValueError, RecursionError):
             state = None
     if not isinstance(state, dict):
-        return {'running': None, 'started_at': None,
-                'status': 'docker inspect failed: %s' % ((stderr or '').strip()[-200:] or 'exit %s' % rc)}
+        out = {'running': None, 'started_at': None,
+               'status': 'docker inspect failed: %s' % ((stderr or '').strip()[-200:] or 'exit %s' % rc)}
+        if rc == 1 and 'no such' in (stderr or '').lower():  # "Error: No such object: NAME"
+            out.update(running=False, exists=False, status='no such container: %s' % (stderr or '').strip()[-200:])
+        return out
     restarting = bool(state.get('Restarting'))
     return {
         'running': bool(state.get('Running')),
@@ -254,7 +289,7 @@ def _parse_compose(run, rc, out, err):
     rc, out, err = run(_docker_inspect(ids[0]))
     if rc is None:
         return {'running': None, 'started_at': None, 'status': 'the service manager did not answer: %s' % err}
-    return parse_docker_state(rc, out, err)
+    return dict(parse_docker_state(rc, out, err), container=ids[0][:64])
 
 
 def _parse_command(run, rc, out, err):
@@ -263,6 +298,7 @@ def _parse_command(run, rc, out, err):
 
 
 _INSPECT = ['docker', 'inspect', '--format', '{{json .State}}']
+_PORTS = ['docker', 'inspect', '--format', '{{json .NetworkSettings.Ports}}']
 _COMPOSE = ['docker', 'compose', '--project-directory', PROJECT]
 _CONTAINER_PID = 'the container\'s process, docker inspect .State.Pid'
 
@@ -281,10 +317,11 @@ TABLE = (
         start=[['systemctl', 'start', SERVICE]],
         logs=['journalctl', '--unit', SERVICE, '--lines', LINES, '--no-pager', '--output', 'short-iso'],
         status=['systemctl', 'show', SERVICE, '--property=ActiveState', '--property=SubState',
-                '--property=ExecMainStartTimestamp', '--property=MainPID', '--timestamp=unix'],
+                '--property=ExecMainStartTimestamp', '--property=MainPID', '--property=LoadState', '--timestamp=unix'],
         parse=lambda run, rc, out, err: parse_systemd_show(rc, out, err),
         cannot_ask='no service',
         main_pid='systemd MainPID',
+        target='the systemd unit %(service)s',
     ),
     Method(
         'docker',
@@ -300,6 +337,7 @@ TABLE = (
         parse=lambda run, rc, out, err: parse_docker_state(rc, out, err),
         cannot_ask='no service',
         main_pid=_CONTAINER_PID,
+        target='the container %(service)s',
     ),
     Method(
         'compose',
@@ -314,6 +352,7 @@ TABLE = (
         parse=_parse_compose,
         cannot_ask='no service',
         main_pid=_CONTAINER_PID,
+        target='the compose service %(service)s of %(compose_project_dir)s',
     ),
     Method(
         'command',
@@ -327,6 +366,7 @@ TABLE = (
         parse=_parse_command,
         cannot_ask='no status_command',
         main_pid=None,
+        target='the restart command %(command)s',
     ),
 )
 METHODS = tuple(one.name for one in TABLE)
@@ -337,6 +377,37 @@ def status_commands(method, service=None, compose_project_dir=None, command=None
     """The first command that asks the service manager (None: it cannot be asked)."""
     one = lookup(method)
     return _built_or_none(one and one.status, _values(service, compose_project_dir, command))
+
+
+def parse_ports(rc, stdout):
+    """``docker inspect --format '{{json .NetworkSettings.Ports}}'``: the host ports a container publishes,
+    [(host address, host port, container port)], or None when the answer is not that."""
+    if rc != 0:
+        return None
+    try:
+        ports = json.loads(stdout or '')
+    except (ValueError, RecursionError):
+        return None
+    if ports is None:
+        return []
+    if not isinstance(ports, dict):
+        return None
+    out = []
+    for inner, bindings in list(ports.items())[:200]:
+        for binding in bindings if isinstance(bindings, list) else []:
+            if not isinstance(binding, dict):
+                continue
+            try:
+                out.append((str(binding.get('HostIp') or '0.0.0.0'), int(binding.get('HostPort')), str(inner)))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def published_ports(run, container):
+    """The host ports ``container`` publishes (``parse_ports``), or None when Docker cannot say."""
+    rc, out, dummy = run(_PORTS + [container])
+    return parse_ports(rc, out)
 
 
 def service_status(run, method, service=None, compose_project_dir=None, command=None):

@@ -14,6 +14,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
+import os
+
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import FAIL, NONE, REBOOT, RESTART
 from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES
@@ -72,5 +75,15 @@ def write(path, results, now):
         statedir.write_text(path, text(results, now), mode=0o644)
     except (statedir.StateError, OSError) as exc:
         return ('the textfile %s could not be written (%s): Prometheus gets no vllm_watchdog_* metric from this host, '
-                'so no alert can fire on it' % (path, exc))
+                'so no alert can fire on it' % (path, _why(path, exc)))
     return None
+
+
+def _why(path, exc):
+    """Why a file could not be written, the same words on every host (never the name of a temporary file)."""
+    directory = os.path.dirname(path) or '.'
+    if isinstance(exc, OSError) and exc.errno == errno.ENOENT and not os.path.isdir(directory):
+        return 'its directory %s does not exist' % directory
+    if isinstance(exc, OSError) and exc.strerror:
+        return '%s in %s' % (exc.strerror, directory)
+    return str(exc)

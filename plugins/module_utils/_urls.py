@@ -63,17 +63,55 @@ def url_secrets(url):
     return [password, unquote(password)] if password else []
 
 
+# The server's own endpoints, which the collection adds to the base URL itself: a URL that ends in one of them is the
+# mistake of giving an endpoint (an OpenAI client's base URL ends in /v1) instead of the server.
+ENDPOINTS = ('v1', 'metrics', 'health', 'version', 'ping', 'is_paused', 'docs')
+
+
+def _base(parts, path):
+    return urlunsplit((parts.scheme, parts.netloc, path, '', ''))
+
+
+def url_mistake(url):
+    """What is wrong with ``url`` as the base URL of a server, in one sentence, or None.
+
+    The base URL is the scheme, the host, the port and, behind a reverse proxy, a path prefix; the collection adds
+    ``/metrics``, ``/health`` and ``/v1/models`` itself. The sentence names the mistake and the URL that was meant
+    (never a password)."""
+    shown = display_url(url)
+    if not isinstance(url, str) or not url.strip():
+        return 'url must be the server\'s URL, such as http://127.0.0.1:8000, got %r' % (shown,)
+    if any(ord(char) < 33 or ord(char) == 127 for char in url):
+        return 'url must be an absolute http:// or https:// URL without spaces or control characters, got %r' % (
+            shown,)
+    try:
+        parts = _split(url)
+    except CheckError as exc:
+        return '%s, got %r' % (exc, shown)
+    if '://' not in url:
+        meant = display_url('http://' + url.lstrip('/'))
+        return 'url must start with http:// or https://, got %r: did you mean %r?' % (meant[len('http://'):], meant)
+    if parts.scheme not in ('http', 'https') or not parts.hostname:
+        return 'url must be an absolute http:// or https:// URL of the server, got %r' % (shown,)
+    if parts.query or parts.fragment:  # never shown: a query may carry a token
+        return 'url must be the base URL of the server, without a query or fragment'
+    segments = [s for s in parts.path.split('/') if s]
+    for index, segment in enumerate(segments):
+        if segment.lower() in ENDPOINTS and (segment.lower() == 'v1' or index == len(segments) - 1):
+            meant = _base(parts, '/'.join([''] + segments[:index]))
+            return ('url %r names the endpoint /%s, not the server: give the server\'s own URL, %r (the collection '
+                    'adds /metrics, /health and /v1/models itself%s)'
+                    % (shown, '/'.join(segments[index:]), display_url(meant),
+                       '; /v1 ends the base URL of an OpenAI client, not of the server' if segment.lower() == 'v1'
+                       else ''))
+    return None
+
+
 def validate_url(url):
     """Raise CheckError unless url is an absolute http(s) base URL (the message never shows a password)."""
-    if not isinstance(url, str) or any(ord(char) < 33 or ord(char) == 127 for char in url):
-        raise CheckError('url must be an absolute http:// or https:// URL without spaces or control characters, '
-                         'got %r' % (display_url(url),))
-    parts = _split(url)
-    if parts.scheme not in ('http', 'https') or not parts.hostname:
-        raise CheckError('url must be an absolute http:// or https:// URL of the server, got %r' % (display_url(url),))
-    if parts.query or parts.fragment:
-        raise CheckError('url must be the base URL of the server, without a query or fragment: %r'
-                         % (display_url(url),))
+    mistake = url_mistake(url)
+    if mistake:
+        raise CheckError(mistake)
 
 
 def validate_api_key(api_key):

@@ -218,6 +218,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._ready import (
     READY_LIMITS,
     read_process,
     reading_from_summary,
+    still_answers,
     wait_ready,
 )
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
@@ -318,6 +319,15 @@ def main():
     memory = None
     if split:
         records, failed = run_commands(run, split[0])
+        still = None if failed else still_answers(client, before)
+        if still:
+            # What was stopped is not the server at the URL: started again as it was, and the restart failed.
+            more, dummy = run_commands(run, split[1])
+            module.fail_json(msg=redact('the restart failed: after %s the process from before the restart still answers '
+                                        'at %s (%s), so what it stopped is not that server; it was started again (%s)'
+                                        % ('; '.join(' '.join(r['argv']) for r in records), p['url'], still,
+                                           '; '.join(' '.join(r['argv']) for r in more)), secrets),
+                             commands=redact(records + more, secrets), ready=None, changed=True)
         if not failed:
             memory = wait_for_memory(p)
             if not memory['released']:

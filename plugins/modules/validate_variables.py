@@ -32,6 +32,10 @@ description:
     and the hosts, for example C(value of vllm_watchdog_restart_method must be one of systemd, docker, compose,
     command, got dokcer), before the role's own argument validation would print its whole specification. Values of
     secrets (C(no_log) options) are never validated here, so never printed.
+  - A URL (C(vllm_url), C(vllm_watchdog_url), C(vllm_rollout_url), the C(url) of an item of C(vllm_instances) or
+    C(vllm_watchdog_instances)) must be the server's own base URL. One that names an endpoint (C(http://host:8000/v1),
+    the base URL of an OpenAI client, or C(.../metrics)) or has no scheme is one line that names the URL meant, before
+    any check runs.
   - The shipped playbooks run it first, before the roles (whose own argument validation would print the whole
     specification on a bad value); the roles run it for the names only, unless the playbook already did (a
     registered C(_vllm_variables)).
@@ -55,6 +59,17 @@ options:
     type: list
     elements: str
     default: [inventory, check]
+  restarts:
+    description:
+      - The run restarts services (the watchdog, the rollout). Then a misspelled variable whose closest known name says
+        what a restart acts on (C(vllm_watchdog_service), C(vllm_watchdog_restart_method),
+        C(vllm_watchdog_restart_command), C(vllm_watchdog_compose_project_dir), C(vllm_instances),
+        C(vllm_watchdog_instances), the rollout's C(vllm_rollout_service), C(vllm_rollout_method),
+        C(vllm_rollout_command), C(vllm_rollout_compose_project_dir)) fails its host, whatever O(strict) says, in one
+        line that names what would have been restarted instead; it would leave the default in effect, and on a host
+        with two servers the default unit is the other one.
+      - Default true when O(validate) names V(watchdog) or V(rollout).
+    type: bool
   strict:
     description:
       - Fail on a variable it does not know, instead of warning. Default the host's C(vllm_strict_variables)

@@ -26,14 +26,22 @@ description:
     service manager's, vLLM's own C(process_start_time_seconds), the last restart). A cooldown after each restart that
     doubles with every restart in O(restart_window). Past O(max_restarts) in the window, no restart and
     RV(instances[].action=fail). V(unknown) never restarts; O(unknown_limit) of them in a row give
-    RV(instances[].action=fail). V(paused) (vLLM's own pause API) never restarts; paused on every run for
+    RV(instances[].action=fail), with the evidence. A V(down) server that is not restarted O(down_limit) runs in a row
+    (a crash loop whose start is always inside the grace, a start that never ends) gives RV(instances[].action=fail),
+    with the evidence (the service's log). V(paused) (vLLM's own pause API) never restarts; paused on every run for
     O(paused_limit) seconds gives RV(instances[].action=fail). A pause (O(paused), or a pause file) reports only.
-  - A V(down) server whose service runs (past the grace) is restarted only with proof that its URL is that service
-    (a misspelt C(vllm_url) must never restart a busy server). The service's main process (systemd's C(MainPID), the
-    container's C(.State.Pid)) or a process below it listens on the URL's address and port (read from
-    C(/proc/<pid>/net/tcp{,6}) and the sockets in C(/proc/<pid>/fd)), or the instance was seen serving at this URL
-    before (its history). Without it RV(instances[].action=fail) - the URL may be wrong, a human must look. A process
-    that listens on other ports only is no proof, even with an old sighting (the service moved).
+  - Before any restart, whatever the verdict and the method, what the restart acts on (the unit, the container) is
+    shown to serve the URL the check judged, so that a wrong or misspelt C(service) or C(url) never restarts another
+    server. The proof - the service's main process (systemd's C(MainPID), the container's C(.State.Pid)) or a process
+    below it listens on the URL's address and port (read from C(/proc/<pid>/net/tcp{,6}) and the sockets in
+    C(/proc/<pid>/fd)), or a container with a network of its own publishes that port (C(docker inspect --format
+    '{{json .NetworkSettings.Ports}}')). For a V(down) server, a service that does not run while nothing listens on the
+    URL's port (starting it stops no server), or one that runs and was seen serving at this URL before (its history),
+    is proof too. The V(command) method names no process, so there the instance must say so,
+    O(instances[].assume_url_is_service). What contradicts the URL is never outweighed - the service listens on other
+    ports, another process holds the URL's port, the service manager has no such unit (C(LoadState=not-found)), a
+    unit that does not run while the URL answers. Unproven, RV(instances[].action=fail), a human must look, and the
+    decision names the URL, the unit and what each holds; nothing is restarted.
   - The ladder. When the same hang comes back within O(rehang_window) of a restart, or the kernel's log
     (O(kernel_log)) shows an NVIDIA Xid or C(NV_ERR_NO_MEMORY) since vLLM was last seen healthy (after its start-up,
     where C(NV_ERR_NO_MEMORY) also appears on healthy starts, vllm#56824), a vLLM restart cannot help, and the next step is
@@ -51,7 +59,8 @@ description:
     are read up to 1 MiB. A history that cannot be read gives RV(instances[].action=fail) (a human must look), never a
     fresh restart budget. Restart and start times in the future are ignored, and the reason says so. A restart that
     failed (O(record_failure)) keeps the instance failing until it is healthy again or a human removes
-    C(<state_dir>/<name>.restart-failed).
+    C(<state_dir>/<name>.restart-failed); it changed nothing, so it gives no start-up grace and no cooldown, and it
+    counts against O(max_restarts), as every restart attempted does.
 notes:
   - What to do for each verdict and each RV(instances[].action=fail) (what the watchdog did, what to check next, the
     command that shows it) is in the collection's C(docs/runbook.md); C(ansible-galaxy collection list modelops.vllm)
@@ -128,6 +137,18 @@ options:
             V(down) verdict says so.
         type: bool
         default: false
+      assume_url_is_service:
+        description:
+          - What a restart of this instance acts on serves its URL, on the inventory's word, where it cannot be shown
+            (the V(command) method names no process; a service behind NAT). Never outweighs what contradicts it.
+        type: bool
+        default: false
+      restart_command:
+        description:
+          - For O(instances[].restart_method=command), the restart command (argv), as a decision names what it acts on
+            and, in check mode, what it would run.
+        type: list
+        elements: str
       api_key:
         description:
           - The instance's API key (C(--api-key)), never used to send anything here and never logged. The gate masks
@@ -198,6 +219,25 @@ options:
         description: What failed.
         type: str
         required: true
+  record_outcome:
+    description:
+      - Record how the restart the gate decided for an instance ended (the verdict after it), in its restart history (the
+        last step's C(outcome), C(outcomes)) and as a line of its verdict history, and decide nothing else. A failed one
+        is O(record_failure).
+    type: dict
+    suboptions:
+      name:
+        description: The instance.
+        type: str
+        required: true
+      outcome:
+        description: The verdict after the restart (V(idle), V(busy), ...).
+        type: str
+        required: true
+      reason:
+        description: The verdict's reason.
+        type: str
+        default: ''
   escalate:
     description:
       - Take the step after a vLLM restart that was stopped half-way (the memory did not come back after vLLM stopped,
@@ -213,6 +253,13 @@ options:
         description: What happened (kept in the history).
         type: str
         required: true
+  textfile_required:
+    description:
+      - The caller fails the host, with RV(textfile_error), when O(textfile) cannot be written (the
+        P(modelops.vllm.watchdog#role) role's C(vllm_watchdog_textfile_required)). Returned as given, so that the
+        role's report says the mistake once, by that failure or else by one summary line.
+    type: bool
+    default: false
   textfile_names:
     description: With O(escalate), the instances of the host, whose last results O(textfile) is rewritten with.
     type: list
@@ -242,6 +289,19 @@ options:
       - After this many V(unknown) verdicts in a row, RV(instances[].action=fail) (a human should look). Never a restart.
     type: int
     default: 3
+  down_limit:
+    description:
+      - After this many V(down) verdicts in a row without a restart, RV(instances[].action=fail) (a human should look,
+        at the service's log in the evidence). A start seen again within O(startup_grace) is one load going on and is
+        not counted again; a restart starts the count over.
+    type: int
+    default: 3
+  release_memory:
+    description:
+      - Whether the restart (M(modelops.vllm.restart)) stops, waits for the memory, then starts; only for the commands a
+        decision names (RV(instances[].commands)).
+    type: bool
+    default: false
   paused_limit:
     description:
       - Seconds a server may be seen V(paused) (vLLM's pause API, an RL weight transfer) on every run before the gate
@@ -426,9 +486,13 @@ instances:
       type: str
     url_proof:
       description:
-        - For a V(down) server whose service runs, what shows (or not) that the URL is the service (C(listens),
-          C(listening_on), C(process), C(endpoint), C(why), C(default_url)).
+        - For a V(stuck) or V(down) server, what shows (or not) that what a restart acts on serves the URL (C(unit),
+          C(exists), C(listens), C(listening_on), C(published), C(process), C(endpoint), C(held_by), C(can_prove),
+          C(assumed), C(why), C(default_url)).
       type: dict
+    commands:
+      description: With RV(instances[].action=restart), the commands the restart runs, in words.
+      type: str
     gpu_errors:
       description: The kernel's lines that made the GPU rule take the next step.
       type: list
@@ -443,24 +507,31 @@ ansible_facts:
   description: With O(host), the fact C(vllm_watchdog_results).
   returned: with O(host) and O(instances)
   type: dict
+textfile_required:
+  description: O(textfile_required), as given.
+  returned: with O(instances)
+  type: bool
+  sample: true
 textfile_error:
   description:
-    - Why O(textfile) could not be written (null when it was, or was not asked for). The module also warns with it, and
-      each result of C(ansible_facts.vllm_watchdog_results) carries it (C(textfile_error)); the P(modelops.vllm.watchdog#role) role puts it
-      in its summary and fails the host unless C(vllm_watchdog_textfile_required) is false.
+    - Why O(textfile) could not be written (null when it was, or was not asked for), in the same words on every host
+      (a missing directory is named, never a temporary file). The module also warns with it unless O(host) is given;
+      each result of RV(ansible_facts) carries it (C(textfile_error)), and the P(modelops.vllm.watchdog#role) role says
+      it once in its report and fails the host unless C(vllm_watchdog_textfile_required) is false.
   returned: with O(instances)
   type: str
   sample: null
 action:
   description:
     - With O(name) (one instance), its RV(instances[].action); with O(record_failure), V(fail); with O(escalate),
-      V(reboot) or V(fail).
-  returned: with O(name), O(record_failure) or O(escalate)
+      V(reboot) or V(fail); with O(record_outcome), V(none).
+  returned: with O(name), O(record_failure), O(record_outcome) or O(escalate)
   type: str
   sample: none
 reason:
-  description: With O(name), its RV(instances[].decision); with O(escalate), why that step.
-  returned: with O(name), O(record_failure) or O(escalate)
+  description: With O(name), its RV(instances[].decision); with O(escalate), why that step; with O(record_outcome), the
+    outcome as recorded.
+  returned: with O(name), O(record_failure), O(record_outcome) or O(escalate)
   type: str
   sample: stuck, but in cooldown - the last restart was 12m00s ago and the cooldown is now 20m00s
 paused:
@@ -536,7 +607,19 @@ def items_of(p):
         return p['instances']
     if p['escalate'] is not None:
         return [{'name': p['escalate']['name']}]
+    if p['record_outcome'] is not None:
+        return [{'name': p['record_outcome']['name']}]
     return [{'name': p['record_failure']['name']}]
+
+
+def record_outcome(module, gate):
+    """record_outcome: how a restart ended; recorded, nothing else decided."""
+    p = module.params['record_outcome']
+    try:
+        said = gate.record_outcome(p['name'], p['outcome'], p['reason'])
+    except (statedir.StateError, OSError) as exc:
+        module.fail_json(msg='cannot record the outcome of the restart: %s' % exc)
+    module.exit_json(changed=not module.check_mode, action='none', reason=said)
 
 
 def record_failure(module, gate):
@@ -586,7 +669,8 @@ def decide_instances(module, gate, items, verdicts, missing_why):
     if p['host']:
         facts['vllm_watchdog_results'] = watchdog_results({'instances': results, 'textfile_error': textfile_error},
                                                           p['host'], items, check_mode=module.check_mode)
-    module.exit_json(changed=False, instances=results, textfile_error=textfile_error, ansible_facts=facts)
+    module.exit_json(changed=False, instances=results, textfile_error=textfile_error,
+                     textfile_required=p['textfile_required'], ansible_facts=facts)
 
 
 def write_textfile(module, results):
@@ -595,8 +679,9 @@ def write_textfile(module, results):
     if not p['textfile'] or module.check_mode:
         return None
     error = _textfile.write(p['textfile'], results, time.time())
-    if error:
-        # Never silent: a metric that never exists cannot alert on its absence.
+    if error and not p['host']:
+        # Never silent: a metric that never exists cannot alert on its absence. With host, the results carry it and
+        # the role says it once in its report (a warning too would say it again, on every host).
         module.warn(error)
     return error
 
@@ -620,6 +705,8 @@ def main():
                 logs_command=dict(type='list', elements='str'),
                 url=dict(type='str'),
                 url_is_default=dict(type='bool', default=False),
+                assume_url_is_service=dict(type='bool', default=False),
+                restart_command=dict(type='list', elements='str'),
                 api_key=dict(type='str', no_log=True),
             )),
             results_file=dict(type='path'),
@@ -641,12 +728,20 @@ def main():
                 name=dict(type='str', required=True),
                 why=dict(type='str', required=True),
             )),
+            record_outcome=dict(type='dict', options=dict(
+                name=dict(type='str', required=True),
+                outcome=dict(type='str', required=True),
+                reason=dict(type='str', default=''),
+            )),
             textfile_names=dict(type='list', elements='str'),
+            textfile_required=dict(type='bool', default=False),
             startup_grace=dict(type='float', default=900),
             cooldown=dict(type='float', default=600),
             max_restarts=dict(type='int', default=3),
             restart_window=dict(type='float', default=86400),
             unknown_limit=dict(type='int', default=3),
+            down_limit=dict(type='int', default=3),
+            release_memory=dict(type='bool', default=False),
             paused_limit=dict(type='float', default=3600),
             reboot=dict(type='bool', default=False),
             reboot_cooldown=dict(type='float', default=21600),
@@ -664,9 +759,8 @@ def main():
             nvidia_smi=dict(type='str', default='nvidia-smi'),
             evidence_timeout=dict(type='float', default=60),
         ),
-        mutually_exclusive=[('instances', 'name'), ('record_failure', 'name'), ('record_failure', 'instances'),
-                            ('escalate', 'name'), ('escalate', 'instances'), ('escalate', 'record_failure')],
-        required_one_of=[('instances', 'name', 'record_failure', 'escalate')],
+        mutually_exclusive=[('instances', 'name', 'record_failure', 'escalate', 'record_outcome')],
+        required_one_of=[('instances', 'name', 'record_failure', 'escalate', 'record_outcome')],
         required_together=[('name', 'state')],
         supports_check_mode=True,
     )
@@ -695,6 +789,8 @@ def main():
         record_failure(module, gate)
     elif p['escalate'] is not None:
         escalate(module, gate)
+    elif p['record_outcome'] is not None:
+        record_outcome(module, gate)
     elif p['name'] is not None:
         decide_one(module, gate, items)
     else:

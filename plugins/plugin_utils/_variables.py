@@ -25,6 +25,8 @@ import re
 
 import yaml
 
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import url_mistake
+
 ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'roles')
 
 # A variable that looks meant for this collection: vllm_..., and the usual slips of the prefix itself
@@ -92,6 +94,20 @@ CONVENTIONS = {
 }
 
 NOT_SET = object()
+
+# The variables that hold a server's base URL, and the lists of instances whose items hold one in ``url``: a URL that
+# names an endpoint (http://host:8000/v1, .../metrics) or has no scheme is named before any check runs.
+URL_VARIABLES = ('vllm_url', 'vllm_watchdog_url', 'vllm_rollout_url')
+INSTANCE_LISTS = ('vllm_instances', 'vllm_watchdog_instances')
+
+# The variables that say what a restart acts on (the unit, the container, the command, the instances of a host). A
+# misspelled one leaves its default in effect, and on a host with two servers that default is the other server:
+# where a run restarts (the watchdog, the rollout), such a name is an error on its host, never a warning. (A
+# misspelled URL only leaves the check on the default URL, and the watchdog restarts nothing it cannot show serves
+# the URL it judged: a warning.)
+TARGETS = ('vllm_instances', 'vllm_watchdog_instances', 'vllm_watchdog_service', 'vllm_watchdog_restart_method',
+           'vllm_watchdog_restart_command', 'vllm_watchdog_compose_project_dir', 'vllm_rollout_service',
+           'vllm_rollout_method', 'vllm_rollout_command', 'vllm_rollout_compose_project_dir')
 
 # Values never validated here, so never shown in a message.
 SECRET = re.compile(r'(api_key|token|password|secret)', re.IGNORECASE)
@@ -179,6 +195,50 @@ def unknown_message(entry):
             % (entry['name'], hosts_text(entry['hosts']), hint))
 
 
+def target_message(entry, values, defaults):
+    """One line for a misspelled name whose closest known name says what a restart acts on (``TARGETS``): the typo,
+    what it holds, and what the run would act on instead. ``values``: {host: {name: value}} of the names set;
+    ``defaults``: {name: default} of the roles' options."""
+    meant = entry['suggestion']
+    host = entry['hosts'][0]
+    given = values.get(host, {}).get(entry['name'], NOT_SET)
+    current = values.get(host, {}).get(meant, NOT_SET)
+    if current is NOT_SET:
+        default = defaults.get(meant, NOT_SET)
+        current = 'its default %s' % shown(default) if default is not NOT_SET and '{{' not in str(default) \
+            else 'its default'
+    else:
+        current = shown(current)
+    holding = '' if given is NOT_SET or SECRET.search(entry['name']) else ' = %s' % shown(given)
+    return ('%s%s (set on %s) is not a variable of modelops.vllm: did you mean %s? That one says what a restart acts '
+            'on: the run would act on what %s says now (%s), on a host with two servers the other one, so nothing is '
+            'checked or restarted on this host until it is spelled %s'
+            % (entry['name'], holding, hosts_text(entry['hosts']), meant, meant, current, meant))
+
+
+def targets(entries):
+    """The entries (of ``unknown_names``) whose closest known name is one of ``TARGETS``."""
+    return [entry for entry in entries if entry['suggestion'] in TARGETS]
+
+
+def url_problems(name, value):
+    """What is wrong with the URLs a variable holds (``URL_VARIABLES``, or the items of ``INSTANCE_LISTS``), one
+    sentence each, naming the variable (and the instance)."""
+    out = []
+    if name in URL_VARIABLES and isinstance(value, str) and '{{' not in value:
+        mistake = url_mistake(value)
+        if mistake:
+            out.append('%s: %s' % (name, mistake))
+    elif name in INSTANCE_LISTS and isinstance(value, list):
+        for item in value:
+            url = item.get('url') if isinstance(item, dict) else None
+            if isinstance(url, str) and '{{' not in url:
+                mistake = url_mistake(url)
+                if mistake:
+                    out.append('%s[%s]: %s' % (name, item.get('name', '?'), mistake))
+    return out
+
+
 def native(value):
     """The value as plain Python types (what the templating returns may be tagged subclasses)."""
     if isinstance(value, dict):
@@ -234,8 +294,9 @@ def value_problems(values_by_host, specs, validate, name_hosts=True):
                 continue
             value = native(values[name])
             errors = validate({name: spec}, {name: value})
-            if errors:
-                hosts = found.setdefault(problem(name, spec, value, errors), [])
+            lines = [problem(name, spec, value, errors)] if errors else url_problems(name, value)
+            for line in lines:
+                hosts = found.setdefault(line, [])
                 if host not in hosts:
                     hosts.append(host)
     return [('%s (on %s)' % (line, hosts_text(hosts))) if name_hosts else line for line, hosts in found.items()]

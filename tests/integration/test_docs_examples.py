@@ -69,6 +69,7 @@ def test_awx_example_under_ansible_runner(sim, tmp_path):
                                                      str(server['id'])]
     inventory['vllm']['vars'].update(vllm_watchdog_restart_method='command', vllm_watchdog_interval=1,
                                      vllm_watchdog_freeze_limit=2,  # proof within the run's two waits
+                                     vllm_watchdog_assume_url_is_service=True,
                                      vllm_watchdog_ready_delay=1, vllm_watchdog_ready_timeout=60,
                                      ansible_connection='local', vllm_watchdog_become=False,
                                      ansible_python_interpreter=sys.executable)
@@ -108,7 +109,8 @@ def test_watchdog_results_example_reads_the_fact_without_injected_facts(sim, tmp
                        'vllm_watchdog_restart_command': [sys.executable, str(restarter), sim.base_url,
                                                          str(server['id'])]}
     inventory = {'vllm': {'hosts': hosts, 'vars': {
-        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_interval': 1, 'vllm_watchdog_ready_delay': 1,
+        'vllm_watchdog_restart_method': 'command', 'vllm_watchdog_assume_url_is_service': True,
+        'vllm_watchdog_interval': 1, 'vllm_watchdog_ready_delay': 1,
         'vllm_watchdog_freeze_limit': 2,  # proof within the run's two waits
         'vllm_watchdog_ready_timeout': 60, 'vllm_watchdog_become': False, 'ansible_connection': 'local',
         'ansible_python_interpreter': sys.executable}}}

@@ -267,7 +267,7 @@ def _one_host_inventory(tmp_path, pool, marks):
         servers[name] = pool.vllm(name=name, metrics=h.with_start_time(h.IDLE, time.time() - 7200))
         hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                        "vllm_url": servers[name].url, "vllm_watchdog_state_dir": str(tmp_path / "state" / name),
-                       "vllm_watchdog_restart_method": "command",
+                       "vllm_watchdog_restart_method": "command", "vllm_watchdog_assume_url_is_service": True,
                        "vllm_watchdog_restart_command": ["sh", "-c", 'echo restart >> "$0"', str(marks)]}
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"children": {

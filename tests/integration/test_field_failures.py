@@ -59,6 +59,7 @@ def recorder(tmp_path):
     record = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + '\\n')",
               str(log)]
     return log, {"vllm_watchdog_restart_method": "command", "vllm_watchdog_restart_command": record + ["restart"],
+                 "vllm_watchdog_assume_url_is_service": True,
                  "vllm_watchdog_status_command": [sys.executable, "-c", "pass"],
                  "vllm_watchdog_logs_command": [sys.executable, "-c", "print('vllm log')"]}
 

@@ -129,6 +129,33 @@ def test_the_callback_prints_the_playbooks_lines_each_failure_in_one_line_and_a_
     assert len(verbose.stdout.splitlines()) == len(default.stdout.splitlines())
 
 
+SAME_MISTAKE_PLAY = """
+- name: One mistake on many hosts
+  hosts: vllm
+  gather_facts: false
+  tasks:
+    - name: The same mistake everywhere but on a
+      ansible.builtin.fail:
+        msg: "{{ inventory_hostname }}: the directory /nope does not exist"
+      when: inventory_hostname != 'a'
+    - name: Another way to fail, on a
+      ansible.builtin.fail:
+        msg: something else
+"""
+
+
+def test_the_hosts_that_fail_a_task_the_same_way_share_one_line(tmp_path):
+    inv = inventory(tmp_path / 'inventory.yml', dict([('a', {})] + [('h%d' % n, {}) for n in range(7)]))
+    play = tmp_path / 'play.yml'
+    play.write_text(SAME_MISTAKE_PLAY)
+    proc = ansible(['ansible-playbook', '-i', inv, str(play)], ONELINE)
+    assert proc.returncode == 2, proc
+    assert proc.stdout.strip().splitlines() == [
+        'h0, h1, h2, h3, h4 and 2 more (7 hosts): FAILED: the directory /nope does not exist',
+        'a: FAILED: something else',
+        '8 host(s): 0 ok, 0 changed, 8 failed, 0 unreachable; failed: a, h0, h1, h2, h3, h4, h5, h6'], proc.stdout
+
+
 def test_a_role_argument_failure_is_one_line_not_the_specification(tmp_path):
     """The role's own argument validation (own playbook, default callback: the whole specification in the
     result) is one line with the callback; the shipped playbook says it in one line with any callback."""
@@ -209,14 +236,14 @@ def watchdog_inventory(tmp_path, hosts):
 def test_a_misspelled_variable_is_named_once_and_strict_makes_it_an_error(tmp_path):
     mine = {'vllm_mine': 1, 'vllm_own_variables': ['vllm_mine']}
     inv = watchdog_inventory(tmp_path, {'a': {'vllm_ulr': 'http://10.0.0.1:8000'}, 'b': {}, 'c': mine})
-    args = ['ansible-playbook', '-i', inv, 'modelops.vllm.watchdog', '--check', '-e', 'vllm_watchdog_restart_methd=docker']
+    args = ['ansible-playbook', '-i', inv, 'modelops.vllm.watchdog', '--check', '-e', 'vllm_watchdog_cooldwn=60']
     proc = ansible(args, ONELINE)
     assert proc.returncode == 0, proc
     warnings = [line for line in proc.stderr.splitlines() if line.startswith('[WARNING]: ')]
     assert warnings == [
         '[WARNING]: vllm_ulr (set on a) is not a variable of modelops.vllm, so nothing reads it: did you mean vllm_url?',
-        '[WARNING]: vllm_watchdog_restart_methd (set on a, b, c) is not a variable of modelops.vllm, so nothing reads '
-        'it: did you mean vllm_watchdog_restart_method?'], proc.stderr
+        '[WARNING]: vllm_watchdog_cooldwn (set on a, b, c) is not a variable of modelops.vllm, so nothing reads '
+        'it: did you mean vllm_watchdog_cooldown?'], proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert [line.split(': ')[0] for line in lines[:3]] == ['a/vllm', 'b/vllm', 'c/vllm'], lines  # every host watched
     assert lines[-1] == '3 host(s): 3 ok, 0 changed, 0 failed, 0 unreachable (check mode: nothing was changed)', lines
@@ -231,9 +258,20 @@ def test_a_misspelled_variable_is_named_once_and_strict_makes_it_an_error(tmp_pa
     assert strict.returncode == 2, strict
     failed = sorted(line for line in strict.stdout.splitlines() if ': FAILED: ' in line)
     assert failed[0].startswith('a: FAILED: vllm_ulr (set on a) is not a variable of modelops.vllm'), failed
-    assert 'vllm_watchdog_restart_methd' in failed[0] and '(vllm_strict_variables is true' in failed[0], failed
-    assert failed[1].startswith('b: FAILED: vllm_watchdog_restart_methd (set on b) '), failed
-    assert failed[2].startswith('c: FAILED: vllm_watchdog_restart_methd (set on c) ') and 'vllm_mine' not in failed[2]
+    assert 'vllm_watchdog_cooldwn' in failed[0] and '(vllm_strict_variables is true' in failed[0], failed
+    assert failed[1].startswith('b: FAILED: vllm_watchdog_cooldwn (set on b) '), failed
+    assert failed[2].startswith('c: FAILED: vllm_watchdog_cooldwn (set on c) ') and 'vllm_mine' not in failed[2]
+
+    # A misspelled name that says what a restart acts on is an error on every host that has it, strict or not: the
+    # default (systemd) would restart another thing than the docker container meant.
+    target = ansible(args[:-1] + ['vllm_watchdog_restart_methd=docker'], ONELINE)
+    assert target.returncode == 2, target
+    failed = [line for line in target.stdout.splitlines() if ': FAILED: ' in line]
+    assert len(failed) == 3 and all(line.split(': FAILED: ')[1].startswith(
+        'vllm_watchdog_restart_methd = "docker" (set on ') for line in failed), failed
+    assert 'did you mean vllm_watchdog_restart_method? That one says what a restart acts on: the run would act on what ' \
+           'vllm_watchdog_restart_method says now (its default "systemd")' in failed[0], failed
+    assert 'vllm_watchdog_restart_methd' not in target.stderr  # an error, never a warning first
 
 
 def test_a_bad_value_fails_its_host_in_one_line_and_the_watchdog_goes_on_for_the_others(tmp_path):

@@ -201,14 +201,16 @@ def test_a_typo_over_ssh_is_named_check_mode_leaves_nothing_and_no_group_is_red(
     temp_before = check_dirs()
     run = ansible_run.run_playbook(WATCHDOG_PLAY, inventory=path, workdir=str(tmp_path / "run"), args=[
         "--check", "-f", "5", "-e", "vllm_watchdog_become=false", "-e", "vllm_watchdog_interval=1",
-        "-e", "vllm_watchdog_freeze_limit=2", "-e", "vllm_watchdog_state_dir=%s/{{ inventory_hostname }}" % state,
-        "-e", "vllm_watchdog_restart_methd=docker"])
+        "-e", "vllm_watchdog_freeze_limit=2",
+        "-e", "vllm_watchdog_state_dir=%s/{{ inventory_hostname }}" % state,
+        # (a misspelled name of what a restart acts on, vllm_watchdog_restart_methd, is an error: test_output.py)
+        "-e", "vllm_watchdog_cooldwn=60"])
     said = run.stderr
     # Named once each (not once per host), with the host that has it and the closest known name.
     assert said.count("vllm_ulr (set on %s) is not a variable of modelops.vllm" % typo_host) == 1, run
     assert "did you mean vllm_url?" in said, run
-    assert said.count("vllm_watchdog_restart_methd (set on ") == 1, run
-    assert "did you mean vllm_watchdog_restart_method?" in said, run
+    assert said.count("vllm_watchdog_cooldwn (set on ") == 1, run
+    assert "did you mean vllm_watchdog_cooldown?" in said, run
     # Every host was watched (a line each in the summary), and check mode left nothing anywhere.
     for host in fleet.hosts:
         assert "%s/vllm: " % host in run.stdout, (host, run)

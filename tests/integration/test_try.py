@@ -357,7 +357,11 @@ def test_prometheus_page(sandbox):
     busy = open(sandbox.path('textfile', 'gb10-busy.prom')).read()
     assert 'state="busy"} 1' in busy and 'action="none"} 1' in busy, busy
     out = output_of(results, '/nonexistent/')
-    assert 'TEXTFILE NOT WRITTEN' in out and '/nonexistent/vllm_watchdog.prom' in out, out[-3000:]
+    # One mistake, one line: the hosts that share it, in one failure naming the directory.
+    said = [line for line in out.splitlines() if '/nonexistent' in line]
+    assert len(said) == 1 and ': FAILED: the textfile /nonexistent/vllm_watchdog.prom could not be written (its ' \
+        'directory /nonexistent does not exist)' in said[0], out[-3000:]
+    assert 'textfile not written: gb10-idle, ' in out, out[-3000:]
     assert sandbox.restarts() == ['vllm-gb10-stuck']  # the first watchdog run's, once
 
 
@@ -525,18 +529,23 @@ def test_schedule(sandbox, tmp_path):
     history_path = sandbox.path('state', 'gb10-busy', 'vllm.verdicts.jsonl')
     with open(history_path) as handle:
         history = [json.loads(line) for line in handle]
-    assert [(v['state'], v['action']) for v in history] == [('busy', 'none'), ('busy', 'none'), ('stuck', 'restart')]
+    # Three runs, then the line of the restart's outcome (the check after it).
+    assert [(v['state'], v['action']) for v in history[:3]] == [('busy', 'none'), ('busy', 'none'), ('stuck', 'restart')]
+    assert len(history) == 4 and history[3]['step'] and history[3]['action'] == 'restarted', history
+    assert history[3]['outcome'] == 'now %s (%s)' % (history[3]['state'], history[3]['reason']), history
+    restart = history[2]
     last10 = output_of(results, 'tail -n 10').splitlines()
-    assert len(last10) == 3 and last10[-1].startswith(history[-1]['time'] + ' stuck restart: '), last10
-    assert output_of(results, '"busy" and').strip() == history[-1]['time']
-    assert output_of(results, 'select(.action == "restart")').strip() == '%s %s' % (
-        history[-1]['time'], history[-1]['decision'])
+    assert len(last10) == 4 and last10[2].startswith(restart['time'] + ' stuck restart: '), last10
+    assert last10[3].startswith(history[3]['time'] + ' %s restarted: ' % history[3]['state']), last10
+    assert output_of(results, '"busy" and').strip() == restart['time']
+    assert output_of(results, 'select(.action == "restart")').strip() == '%s %s' % (restart['time'], restart['decision'])
     assert output_of(results, 'group_by').split() == ['busy', '2', 'stuck', '1']
-    assert len(output_of(results, 'ls -r').splitlines()) == 3
+    assert len(output_of(results, 'ls -r').splitlines()) == 4  # the three runs and the restart's outcome
     out = output_of(results, 'ansible vllm -i inventory -b')
     for host in ('gb10-idle', 'gb10-busy', 'gb10-prefill', 'gb10-stuck', 'gb10-down'):
         assert '%s | CHANGED | rc=0 >>' % host in out, out[-3000:]
-    assert out.count('"state": "stuck"') == 2, out  # gb10-busy's last, gb10-stuck's from the cron run
+    # gb10-busy's restart, before the line of its outcome; gb10-stuck's restart (the cron run) is three lines back
+    assert out.count('"state": "stuck"') == 1 and out.count('"action": "restarted"') == 2, out
     # The history playbook says the same in words: the two busy runs as one line, the restart with its reason, its
     # decision and its evidence, the counts, the fleet.
     said = summary_lines(output_of(results, 'modelops.vllm.history --limit gb10-busy'))

@@ -41,7 +41,7 @@ CONTROL_PORTS = range(block('watchdog-control')[0], block('watchdog-control')[1]
 BIN = os.path.dirname(sys.executable)
 
 SHOW = ['systemctl', 'show', 'vllm', '--property=ActiveState', '--property=SubState',
-        '--property=ExecMainStartTimestamp', '--property=MainPID', '--timestamp=unix']
+        '--property=ExecMainStartTimestamp', '--property=MainPID', '--property=LoadState', '--timestamp=unix']
 
 # The collection's scheduled playbook, as users run it (by its FQCN), then the role's results saved.
 WATCHDOG_PLAY = """
@@ -428,6 +428,7 @@ def test_command_method_restarts_a_real_hung_vllm_once(vllm_server, tmp_path):
         inventory = write_inventory(str(tmp_path / 'inventory.yml'), {'gb10-real': {}}, dict(
             FAST, vllm_url=server.url, vllm_watchdog_state_dir=state_dir, vllm_watchdog_interval=3,
             vllm_watchdog_restart_method='command', vllm_watchdog_restart_command=ctl + ['restart'],
+            vllm_watchdog_assume_url_is_service=True,
             vllm_watchdog_status_command=ctl + ['status'], vllm_watchdog_logs_command=ctl + ['logs'],
             vllm_watchdog_ready_delay=2, vllm_watchdog_ready_timeout=300,
             # The stack dumps of the evidence: py-spy from this venv (requirements/test.txt); the other pieces as a

@@ -42,8 +42,13 @@ of the real service managers. Every call:
           "container_id": "4f1c...",               # docker/compose: the container id (default: derived)
           "project_dir": "/srv/vllm",              # compose: the project directory it belongs to
           "restart_rc": 0,                         # exit status of a restart (non-zero: it fails, nothing restarts)
-          "main_pid": 1234,                        # MainPID / .State.Pid (default: the simulator's own pid while
-                                                   #   the service runs; null: none)
+          "main_pid": 1234,                        # MainPID / .State.Pid (default: the pid of the simulator it runs
+                                                   #   on while the service runs; null: none)
+          "control_url": "http://127.0.0.1:21001", # optional: the simulator this service's server runs on (default:
+                                                   #   the config's); two simulators are two processes, each holding
+                                                   #   only its own servers' sockets (two servers of one host)
+          "ports": {"8000/tcp": [{"HostIp": "0.0.0.0", "HostPort": "8001"}]},   # docker inspect
+                                                   #   --format '{{json .NetworkSettings.Ports}}' (default null)
           "logs": ["INFO ... line", ...]           # extra lines for journalctl / docker logs
         }
       }
@@ -195,8 +200,8 @@ def append_log(entry, config_data=None):
 
 # --------------------------------------------------------------------------- simulator
 
-def _control(config, method, path, body=None, timeout=10):
-    url = config.data.get('control_url')
+def _control(config, method, path, body=None, timeout=10, svc=None):
+    url = (svc or {}).get('control_url') or config.data.get('control_url')
     if not url:
         raise StandinError('standin: no "control_url" in %s' % config.path, 2)
     data = None if body is None else json.dumps(body).encode('utf-8')
@@ -216,7 +221,7 @@ def _server_info(config, svc):
     if not svc.get('server'):
         return None
     try:
-        return _control(config, 'GET', '/servers/%s' % svc['server'])
+        return _control(config, 'GET', '/servers/%s' % svc['server'], svc=svc)
     except StandinError:
         return None
 
@@ -241,10 +246,10 @@ def service_state(config, name):
     return state, started_at, info
 
 
-def simulator_pid(config):
-    """The simulator's own pid (it holds every simulated server's socket), or 0."""
+def simulator_pid(config, svc=None):
+    """The pid of the simulator the service runs on (it holds every socket of its simulated servers), or 0."""
     try:
-        return int((_control(config, 'GET', '/health') or {}).get('pid') or 0)
+        return int((_control(config, 'GET', '/health', svc=svc) or {}).get('pid') or 0)
     except (StandinError, ValueError, TypeError):
         return 0
 
@@ -259,7 +264,7 @@ def main_pid(config, name, running):
             return 0
     if not running or not svc.get('server'):
         return 0
-    return simulator_pid(config)
+    return simulator_pid(config, svc)
 
 
 def set_memory(config, which):
@@ -283,7 +288,7 @@ def set_memory(config, which):
 def stop(config, name):
     svc = config.service(name)
     if svc.get('server'):
-        _control(config, 'POST', '/servers/%s/state' % svc['server'], {'state': 'stop'})
+        _control(config, 'POST', '/servers/%s/state' % svc['server'], {'state': 'stop'}, svc=svc)
     svc['state'] = 'inactive'
     svc['stops'] = int(svc.get('stops', 0) or 0) + 1
     config.dirty = True
@@ -297,7 +302,7 @@ def restart(config, name):
         raise StandinError(svc.get('restart_error') or 'standin: restart of %s fails (restart_rc %d)' % (name, rc), rc)
     if svc.get('server'):
         _control(config, 'POST', '/servers/%s/state' % svc['server'],
-                 {'state': 'restart', 'load_seconds': float(svc.get('load_seconds', 0) or 0)})
+                 {'state': 'restart', 'load_seconds': float(svc.get('load_seconds', 0) or 0)}, svc=svc)
     svc['state'] = 'running'
     svc['started_at'] = round(time.time(), 3)
     svc['restarts'] = int(svc.get('restarts', 0) or 0) + 1
@@ -320,7 +325,7 @@ def host_reboot(config, argv):
         svc = config.service(name)
         if svc.get('server'):
             _control(config, 'POST', '/servers/%s/state' % svc['server'],
-                     {'state': 'restart', 'load_seconds': float(svc.get('load_seconds', 0) or 0)})
+                     {'state': 'restart', 'load_seconds': float(svc.get('load_seconds', 0) or 0)}, svc=svc)
         svc['state'] = 'running'
         svc['started_at'] = round(time.time(), 3)
     set_memory(config, 'running')
@@ -791,6 +796,8 @@ def docker(config, argv):
                 print(json.dumps(state))
             elif fmt.replace(' ', '') == '{{.State.Running}}':
                 print('true' if state['Running'] else 'false')
+            elif fmt.replace(' ', '') == '{{json.NetworkSettings.Ports}}':
+                print(json.dumps(config.service(name).get('ports')))
             else:
                 raise StandinError('standin docker inspect: unsupported --format %r' % fmt)
         return 0
@@ -934,7 +941,7 @@ def snapshot(config):
         if not sid:
             continue
         try:
-            stats = _control(config, 'GET', '/servers/%s/stats' % sid)
+            stats = _control(config, 'GET', '/servers/%s/stats' % sid, svc=svc)
         except StandinError as exc:
             out[sid] = {'error': str(exc)}
             continue

@@ -41,6 +41,7 @@ BLOCKS = {
     "field-bench": (28400, 28599),          # benchmarks/field_signatures.py: its simulator
     "ladder": (28600, 28799),               # tests/integration/test_ladder.py: its simulator
     "local": (28800, 28899),                # tests/integration/test_local.py: its simulator
+    "mistakes": (29000, 29399),             # tests/integration/test_watchdog_mistakes.py: its two simulators
 }
 
 

@@ -22,8 +22,13 @@ def test_the_filter_module_offers_exactly_this_filter():
 @pytest.mark.parametrize('instance, expected', [
     # Only the gate's keys; the api_key goes to the gate (a no_log option there).
     (FULL, {'name': 'chat', 'kind': 'backend', 'restart_method': 'compose', 'service': 'vllm',
-            'compose_project_dir': '/srv/vllm', 'status_command': ['st'], 'logs_command': ['lg'], 'api_key': SECRET,
-            'url_is_default': True, 'url': 'http://127.0.0.1:8000'}),
+            'compose_project_dir': '/srv/vllm', 'restart_command': ['x'], 'status_command': ['st'],
+            'logs_command': ['lg'], 'api_key': SECRET, 'url_is_default': True, 'url': 'http://127.0.0.1:8000'}),
+    # What the inventory says where the method cannot show what it restarts, as a string or a bool.
+    ({'name': 'chat', 'assume_url_is_service': 'True'}, {'name': 'chat', 'assume_url_is_service': True, 'url': None}),
+    ({'name': 'chat', 'assume_url_is_service': True}, {'name': 'chat', 'assume_url_is_service': True, 'url': None}),
+    ({'name': 'chat', 'assume_url_is_service': 'false'},
+     {'name': 'chat', 'assume_url_is_service': False, 'url': None}),
     # Empty values are left out; the url is always there (None when there is none).
     ({'name': 'chat', 'service': '', 'status_command': [], 'api_key': None, 'url_is_default': False},
      {'name': 'chat', 'url': None}),

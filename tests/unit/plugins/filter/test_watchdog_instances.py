@@ -111,16 +111,29 @@ def test_a_setting_out_of_range_is_named_with_its_range(key, value, expected):
     ({'restart_method': 'docker', 'service': ''}, 'chat: restart_method docker needs a service'),
     ({'restart_method': 'compose'}, 'chat: restart_method compose needs compose_project_dir'),
     ({'kind': 'router'}, "chat: kind must be backend or proxy, got 'router'"),
-    ({'url': 'ftp://h/'}, 'chat: url must be an http:// or https:// URL'),
-    ({'url': None}, 'chat: url must be an http:// or https:// URL'),
+    ({'url': 'ftp://h/'}, "chat: url must be an absolute http:// or https:// URL of the server, got 'ftp://h/'"),
+    ({'url': None}, "chat: url must be the server's URL, such as http://127.0.0.1:8000, got None"),
+    # The mistakes of a new user, each named with what was meant (issue 24).
+    ({'url': '127.0.0.1:8000'}, "chat: url must start with http:// or https://, got '127.0.0.1:8000': did you mean "
+                                "'http://127.0.0.1:8000'?"),
+    ({'url': 'http://gb10:8000/v1'}, "chat: url 'http://gb10:8000/v1' names the endpoint /v1, not the server: give the "
+                                     "server's own URL, 'http://gb10:8000'"),
+    ({'url': 'http://gb10:8000/metrics'}, "chat: url 'http://gb10:8000/metrics' names the endpoint /metrics"),
 ])
 def test_an_instance_that_cannot_be_restarted_or_checked_is_named(instance, expected):
     with pytest.raises(AnsibleFilterError) as caught:
         watchdog_instances([dict({'name': 'chat'}, **instance)], BASE, settings={})
-    assert str(caught.value) == PREFIX + expected
+    assert str(caught.value).startswith(PREFIX + expected), str(caught.value)
+    # The same sentences, returned (for a task that fails with them and shows no instance, which may carry a key).
+    problems = watchdog_instances([dict({'name': 'chat'}, **instance)], BASE, settings={}, problems=True)
+    assert len(problems) == 1 and problems[0].startswith(expected)
 
 
-def test_every_error_is_said_at_once_and_no_secret_or_url_is_shown():
+def test_problems_of_instances_that_are_right_are_none():
+    assert watchdog_instances([{'name': 'chat'}], BASE, settings={}, problems=True) == []
+
+
+def test_every_error_is_said_at_once_and_no_secret_is_shown():
     instances = [{'name': 'chat', 'url': 'ftp://admin:%s@h/' % SECRET, 'restart_method': 'command'},
                  {'name': 'embed', 'kind': 'x'}]
     with pytest.raises(AnsibleFilterError) as caught:
@@ -130,7 +143,7 @@ def test_every_error_is_said_at_once_and_no_secret_or_url_is_shown():
         'vllm_watchdog_cooldown must be a number from 0 and at most 604800, got -1',
         'vllm_watchdog_interval must be a number greater than 0 and at most 3600, got 0',
         'chat: restart_method command needs restart_command (an argv list)',
-        'chat: url must be an http:// or https:// URL',
+        "chat: url must be an absolute http:// or https:// URL of the server, got 'ftp://admin:********@h/'",
         "embed: kind must be backend or proxy, got 'x'"])
     assert SECRET not in message
 

@@ -86,3 +86,21 @@ def test_what_cannot_be_gathered_is_a_filter_error(hosts, hostvars, message):
     with pytest.raises(AnsibleFilterError) as err:
         watchdog_summary(hosts, hostvars)
     assert message in str(err.value)
+
+
+def test_a_textfile_mistake_is_said_once_by_the_host_that_fails_for_it_else_by_one_summary_line():
+    why = 'the textfile /x/v.prom could not be written (its directory /x does not exist): ...'
+
+    def required(host, value):
+        found = gated(result(host, textfile_error=why))
+        found['_vllm_watchdog_gate']['textfile_required'] = value  # as the host's gate returned it
+        return found
+
+    hostvars = {'a': gated(result('a', textfile_error=why)), 'b': required('b', True), 'c': required('c', False),
+                'd': required('d', 'false')}
+    summary = watchdog_summary(['a', 'b', 'c', 'd'], hostvars, textfile_required=True)
+    # a and b fail for it with their own (one, shared) line; c and d do not fail: the summary says it for them.
+    assert [line for line in summary['lines'] if 'TEXTFILE' in line] == [
+        'c, d: watchdog: TEXTFILE NOT WRITTEN - %s' % why]
+    assert summary['headline'].endswith('textfile not written: a, b, c, d')
+    assert len([line for line in watchdog_summary(['a', 'b'], hostvars)['lines'] if 'TEXTFILE' in line]) == 1

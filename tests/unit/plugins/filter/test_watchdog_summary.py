@@ -27,10 +27,22 @@ def test_the_summary_has_a_line_per_host_whose_textfile_was_not_written_and_name
     results = watchdog_results(gate(WHY), 'gb10-01', INSTANCES) + watchdog_results(gate(), 'gb10-02', INSTANCES)
     summary = watchdog_summary(results)
     assert summary['textfile_errors'] == ['gb10-01: %s' % WHY]
-    assert summary['lines'][-1] == 'gb10-01/*: watchdog: TEXTFILE NOT WRITTEN - %s' % WHY
+    assert summary['lines'][-1] == 'gb10-01: watchdog: TEXTFILE NOT WRITTEN - %s' % WHY
     assert len(summary['lines']) == 5  # four instances, one host's textfile
     assert summary['headline'].endswith('; textfile not written: gb10-01')
     assert summary['counts'] == {'idle': 2, 'busy': 2}  # counted once per instance, as before
+
+
+def test_one_textfile_mistake_on_many_hosts_is_one_line_or_none_when_the_role_fails_for_it():
+    hosts = ['gb10-%02d' % n for n in range(1, 8)]
+    results = [r for host in hosts for r in watchdog_results(gate(WHY), host, INSTANCES)]
+    summary = watchdog_summary(results)
+    assert summary['lines'][len(results):] == [
+        'gb10-01, gb10-02, gb10-03, gb10-04, gb10-05 and 2 more (7 hosts): watchdog: TEXTFILE NOT WRITTEN - %s' % WHY]
+    # The role fails those hosts with that sentence (vllm_watchdog_textfile_required): the summary does not say it too.
+    quiet = watchdog_summary(results, textfile_required=True)
+    assert len(quiet['lines']) == len(results)
+    assert quiet['headline'].endswith('textfile not written: %s' % ', '.join(hosts))
 
 
 def test_a_summary_where_every_textfile_was_written_says_nothing_of_it():
@@ -39,7 +51,7 @@ def test_a_summary_where_every_textfile_was_written_says_nothing_of_it():
     assert len(summary['lines']) == 2
 
 
-MEMORY = ('Restart | by its method: the memory did not come back after vLLM stopped: MemAvailable is 9.0 GiB, below '
+MEMORY = ('the memory did not come back after vLLM stopped: MemAvailable is 9.0 GiB, below '
           'the 97.7 GiB it must be back to after 300 s. vLLM is NOT started')
 
 

@@ -7,7 +7,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     NONE,
     REBOOT,
     RESTART,
-    decide,
+    decide as decide_as_given,
     decide_escalation,
     empty_history,
     gpu_errors,
@@ -23,6 +23,15 @@ S = {'startup_grace': 900, 'cooldown': 600, 'max_restarts': 3, 'restart_window':
 RUNNING_LONG = {'running': True, 'started_at': NOW - 7200, 'status': 'active/running'}
 RUNNING_NEW = {'running': True, 'started_at': NOW - 120, 'status': 'active/running'}
 STOPPED = {'running': False, 'started_at': NOW - 7200, 'status': 'failed'}
+# What the gate shows for a unit that serves its URL: its main process listens on the URL's port.
+PROVEN = {'listens': True, 'unit': 'the systemd unit vllm', 'process': 'its main process 4242 (vllm serve)',
+          'endpoint': '127.0.0.1:8000', 'can_prove': True}
+
+
+def decide(*args, **kwargs):
+    """The guard rails of a server whose unit is shown to serve its URL (the proof's own tests below give theirs)."""
+    kwargs.setdefault('url_proof', PROVEN)
+    return decide_as_given(*args, **kwargs)
 
 
 def hist(*ago, streak=0):
@@ -34,7 +43,8 @@ def hist(*ago, streak=0):
 
 @pytest.mark.parametrize('state, service, history, paused, action, words', [
     # Only stuck restarts, and never inside the grace.
-    ('stuck', RUNNING_LONG, None, False, RESTART, 'restart: stuck (restart 1 of at most 3'),
+    ('stuck', RUNNING_LONG, None, False, RESTART, 'restart: stuck; the systemd unit vllm: its main process 4242 '
+                                                  '(vllm serve) listens on 127.0.0.1:8000 (restart 1 of at most 3'),
     ('stuck', RUNNING_NEW, None, False, NONE, 'within the start-up grace'),
     ('stuck', {}, None, False, RESTART, 'restart: stuck'),
     ('stuck', RUNNING_LONG, hist(300), False, NONE, 'restarted 5m00s ago, within the start-up grace'),
@@ -50,7 +60,7 @@ def hist(*ago, streak=0):
     ('down', STOPPED, None, False, RESTART, 'not running (failed)'),
     ('down', RUNNING_NEW, None, False, NONE, 'it is starting (loading weights)'),
     # ... and, when it runs, only with proof that the URL is that service (test_down_needs_proof below).
-    ('down', RUNNING_LONG, None, False, FAIL, 'The URL may be wrong'),
+    ('down', RUNNING_LONG, None, False, RESTART, 'running for 2h00m without answering, past the start-up grace'),
     ('down', {'running': True}, None, False, NONE, 'unknown time'),
     ('down', {}, None, False, NONE, 'cannot say whether it is starting'),
     # Cooldown grows; budget; pause.
@@ -276,7 +286,7 @@ def restarted(ago, state='stuck', step='restart', times=None):
     # After a reboot, the same hang back: a human.
     ('stuck', restarted(1800, step='reboot'), LADDER, None, FAIL, 'neither a restart nor a reboot cleared'),
     # Outside the window it is a new hang: restarted as before (cooldown and budget).
-    ('stuck', restarted(4000), LADDER, None, RESTART, 'restart: stuck (restart 2 of at most 3'),
+    ('stuck', restarted(4000), LADDER, None, RESTART, 'restart 2 of at most 3'),
     # The window is off: as before the ladder existed.
     ('stuck', restarted(1800), dict(LADDER, rehang_window=0), None, RESTART, 'restart: stuck'),
     # A restart for down, then stuck: not the same hang.
@@ -371,3 +381,147 @@ def test_a_history_nested_deeper_than_the_stack_is_damage_not_a_crash():
     from ansible_collections.modelops.vllm.plugins.module_utils._decide import load_history
     history, why = load_history('[' * 200000 + ']' * 200000)
     assert history is None and why == 'it is not JSON'
+
+
+# -- before any restart: what it acts on serves the URL the check judged (issue 24) ----------------------------------
+
+URL_B = 'http://127.0.0.1:8001'
+OTHER_UNIT = {'listens': False, 'unit': 'the systemd unit vllm-a', 'can_prove': True, 'endpoint': '127.0.0.1:8001',
+              'process': 'its main process 1111 (vllm serve --port 8000)', 'listening_on': ['127.0.0.1:8000'],
+              'held_by': 'process 2222 (vllm serve --port 8001)'}
+
+
+@pytest.mark.parametrize('state, service, proof, words', [
+    # The unit named serves another port, and another process holds the URL's: the stuck server is not its.
+    ('stuck', RUNNING_LONG, OTHER_UNIT,
+     'nothing shows that the systemd unit vllm-a serves http://127.0.0.1:8001, the URL the check judged: the systemd '
+     'unit vllm-a: its main process 1111 (vllm serve --port 8000) listens on 127.0.0.1:8000, not on 127.0.0.1:8001; '
+     '127.0.0.1:8001 is held by process 2222 (vllm serve --port 8001)'),
+    # A misspelled unit: systemd has none (LoadState=not-found).
+    ('stuck', {'running': False, 'exists': False, 'status': 'no such unit (systemctl show: LoadState=not-found)'},
+     {'exists': False, 'unit': 'the systemd unit vllm-bb', 'held_by': 'process 2222 (vllm serve)',
+      'endpoint': '127.0.0.1:8001'},
+     'the systemd unit vllm-bb does not exist (no such unit (systemctl show: LoadState=not-found)); 127.0.0.1:8001 is '
+     'held by process 2222 (vllm serve)'),
+    ('down', {'running': False, 'exists': False, 'status': 'no such container: Error: No such object: vllm-bb'},
+     {'exists': False, 'unit': 'the container vllm-bb'}, 'the container vllm-bb does not exist'),
+    # A unit that does not run cannot be the server that answers.
+    ('stuck', STOPPED, {'unit': 'the systemd unit vllm-a', 'can_prove': True, 'endpoint': '127.0.0.1:8001'},
+     'the systemd unit vllm-a does not run, yet http://127.0.0.1:8001 answers'),
+    # Down, the unit stopped, another process on the URL's port: that one is the server there.
+    ('down', STOPPED, {'unit': 'the systemd unit vllm-a', 'can_prove': True, 'endpoint': '127.0.0.1:8001',
+                       'held_by': 'process 2222 (nginx)'},
+     'the systemd unit vllm-a does not run; 127.0.0.1:8001 is held by process 2222 (nginx): that is the server at'),
+    # The command method names no process: only the inventory can say what it restarts.
+    ('stuck', {'running': None}, {'unit': 'the restart command vllm-restart b', 'can_prove': False},
+     'the restart command vllm-restart b names no process, so nothing can show that it restarts the server at '
+     'http://127.0.0.1:8001; if it does, say so with vllm_watchdog_assume_url_is_service: true'),
+    # The inventory's word never outweighs what contradicts it.
+    ('stuck', RUNNING_LONG, dict(OTHER_UNIT, assumed=True), 'listens on 127.0.0.1:8000, not on 127.0.0.1:8001'),
+])
+def test_no_restart_of_what_is_not_shown_to_serve_the_url(state, service, proof, words):
+    out = decide(state, service, None, NOW, S, url=URL_B, url_proof=proof)
+    assert out['action'] == FAIL, out['reason']
+    assert words in out['reason'], out['reason']
+    assert out['history']['restarts'] == []  # nothing recorded, nothing spent
+
+
+@pytest.mark.parametrize('state, service, proof, words', [
+    ('stuck', RUNNING_LONG, PROVEN, 'the systemd unit vllm: its main process 4242 (vllm serve) listens on 127.0.0.1:8000'),
+    ('stuck', RUNNING_LONG, {'listens': True, 'published': ['0.0.0.0:8001 -> 8000/tcp'],
+                             'unit': 'the container vllm-b', 'endpoint': '127.0.0.1:8001'},
+     'the container vllm-b publishes 127.0.0.1:8001'),
+    ('stuck', {'running': None}, {'unit': 'the restart command vllm-restart b', 'can_prove': False, 'assumed': True},
+     'the inventory says that the restart command vllm-restart b restarts the server at http://127.0.0.1:8001'),
+    ('down', STOPPED, {'unit': 'the systemd unit vllm-b', 'can_prove': True, 'endpoint': '127.0.0.1:8001'},
+     'the systemd unit vllm-b does not run and nothing listens on 127.0.0.1:8001: starting it stops no server'),
+])
+def test_a_unit_shown_to_serve_the_url_is_restarted_at_once_and_the_decision_says_how(state, service, proof, words):
+    out = decide(state, service, None, NOW, S, url=URL_B, url_proof=proof)
+    assert out['action'] == RESTART, out['reason']
+    assert words in out['reason']
+
+
+# -- a restart that failed changed nothing: no grace, no cooldown; the budget counts it (issue 24) -------------------
+
+def failed_history(ago):
+    h = hist(ago)
+    h['failed_restarts'] = [NOW - ago]
+    h['last_step'] = {'step': RESTART, 'at': NOW - ago, 'state': 'stuck', 'outcome': 'failed', 'why': 'exit 5'}
+    return h
+
+
+def test_after_a_failed_restart_is_cleared_the_next_run_restarts_without_a_grace_that_nothing_began():
+    out = decide('stuck', RUNNING_LONG, failed_history(44), NOW, S)
+    assert out['action'] == RESTART, out['reason']
+    assert 'restart 2 of at most 3' in out['reason'] and 'a failed one counted too' in out['reason']
+    assert out['history']['failed_restarts'] == [NOW - 44]
+    # A restart that worked 44 s ago still gives its grace.
+    worked = decide('stuck', RUNNING_LONG, hist(44), NOW, S)
+    assert worked['action'] == NONE and 'restarted 44s ago, within the start-up grace' in worked['reason'], worked
+
+
+def test_a_failed_restart_is_no_hang_that_came_back():
+    out = decide('stuck', RUNNING_LONG, failed_history(1200), NOW, S)
+    assert out['action'] == RESTART, out['reason']  # not the ladder's next step: the restart never happened
+
+
+def test_the_budget_says_that_it_counts_failed_restarts_too():
+    h = hist(5000, 20000, 30000)
+    h['failed_restarts'] = [NOW - 5000]
+    out = decide('stuck', RUNNING_LONG, h, NOW, S)
+    assert out['action'] == FAIL
+    assert ('the restart budget is spent: 3 restart(s) attempted in the last 24h00m, 1 of them failed (the budget '
+            'counts every restart attempted, a failed one too)') in out['reason'], out['reason']
+
+
+# -- down does not stay "no action" forever (issue 24) -----------------------------------------------------------------
+
+def runs(states_services, settings=None, **kwargs):
+    history, outs = None, []
+    for index, (state, service) in enumerate(states_services):
+        out = decide(state, service, history, NOW + 300 * index, dict(S, **(settings or {})), **kwargs)
+        history = out['history']
+        outs.append(out)
+    return outs
+
+
+def test_a_crash_loop_inside_the_grace_asks_a_human_after_down_limit_runs_with_the_evidence():
+    # systemd restarts it every few seconds: every run sees a new start, always inside the grace.
+    loop = [('down', {'running': True, 'started_at': NOW + 300 * i - 5, 'status': 'activating/start'})
+            for i in range(4)]
+    outs = runs(loop)
+    assert [o['action'] for o in outs] == [NONE, NONE, FAIL, FAIL], [o['reason'] for o in outs]
+    assert outs[2]['evidence'] is True
+    assert outs[2]['reason'].startswith('down 3 runs in a row and not restarted (down, but the service has been '
+                                        'running for 5s, within the start-up grace')
+    assert "a human must look at the service's log in the evidence" in outs[2]['reason']
+
+
+def test_one_load_inside_the_grace_is_counted_once():
+    loading = [('down', {'running': True, 'started_at': NOW - 5, 'status': 'active/running'})] * 3
+    outs = runs(loading, settings={'startup_grace': 3600})
+    assert [o['action'] for o in outs] == [NONE, NONE, NONE], [o['reason'] for o in outs]
+    assert outs[-1]['history']['down_streak'] == 1
+
+
+def test_a_down_the_service_manager_cannot_tell_escalates_and_any_other_verdict_starts_the_count_over():
+    unknown = ('down', {'running': None, 'status': 'cannot be asked (no status_command)'})
+    outs = runs([unknown, unknown, ('idle', RUNNING_LONG), unknown, unknown, unknown])
+    assert [o['action'] for o in outs] == [NONE, NONE, NONE, NONE, NONE, FAIL], [o['reason'] for o in outs]
+    assert runs([unknown] * 3, settings={'down_limit': 5})[-1]['action'] == NONE
+
+
+def test_a_paused_watchdog_never_escalates_a_down_server():
+    unknown = ('down', {'running': None, 'status': '?'})
+    assert [o['action'] for o in runs([unknown] * 4, paused=True)] == [NONE] * 4
+
+
+def test_the_unknown_streak_asks_for_the_evidence():
+    out = decide('unknown', RUNNING_LONG, hist(streak=2), NOW, S)
+    assert out['action'] == FAIL and out['evidence'] is True
+    assert decide('unknown', RUNNING_LONG, hist(streak=0), NOW, S)['evidence'] is False
+
+
+def test_down_limit_is_a_setting_in_range():
+    assert invalid_settings(dict(S, down_limit=0)) == ['down_limit must be a number at least 1 and at most 100000, got 0']

@@ -3,6 +3,7 @@
 import fcntl
 import json
 import os
+import socket
 import time
 
 import pytest
@@ -32,8 +33,22 @@ class Runner(object):
         return [argv[0] for argv, dummy, dummy in self.calls]
 
 
-def systemd(started, active='active', sub='running'):
-    return (0, 'ActiveState=%s\nSubState=%s\nExecMainStartTimestamp=@%d\nMainPID=0\n' % (active, sub, started), '')
+def systemd(started, active='active', sub='running', pid=0):
+    return (0, 'ActiveState=%s\nSubState=%s\nExecMainStartTimestamp=@%d\nMainPID=%d\nLoadState=loaded\n'
+            % (active, sub, started, pid), '')
+
+
+@pytest.fixture
+def served():
+    """A URL this test's own process listens on: a unit whose MainPID is this process serves it (the gate's proof,
+    read from /proc as on a real host)."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        sock.listen(1)
+        yield 'http://127.0.0.1:%d' % sock.getsockname()[1]
+
+
+SERVING = os.getpid()  # the main process of the unit that serves ``served``
 
 
 def params(state_dir, **over):
@@ -63,7 +78,8 @@ def lines(path):
 
 
 @pytest.mark.parametrize('state, started_ago, action, words, asked', [
-    ('stuck', 7200, 'restart', 'stuck', ['systemctl', 'journalctl']),
+    ('stuck', 7200, 'restart', 'stuck; the systemd unit vllm-vllm: its main process %d' % SERVING,
+     ['systemctl', 'journalctl']),
     ('stuck', 60, 'none', 'within the start-up grace', ['systemctl']),
     # Runs, but nothing shows that the URL is the service: a human, never a restart.
     ('down', 7200, 'fail', 'nothing shows that the URL is this service', ['systemctl']),
@@ -71,15 +87,18 @@ def lines(path):
     ('unknown', 7200, 'none', '', []),
 ])
 def test_one_instance_decided_from_the_runner_s_answer_at_the_clock_s_time(
-        tmp_path, state, started_ago, action, words, asked):
-    answers = {'systemctl': systemd(START - started_ago), 'journalctl': (0, 'log line 1\nlog line 2\n', '')}
+        tmp_path, served, state, started_ago, action, words, asked):
+    answers = {'systemctl': systemd(START - started_ago, pid=SERVING if state == 'stuck' else 0),
+               'journalctl': (0, 'log line 1\nlog line 2\n', '')}
     gate, runner, clock, statedir = make(tmp_path, answers)
-    result = gate.run([item(verdict={'state': state, 'reason': 'why'})], {}, None)[0]
+    url = served if state == 'stuck' else None
+    result = gate.run([item(verdict={'state': state, 'reason': 'why'}, url=url)], {}, None)[0]
     assert result['action'] == action, result
     assert words in result['decision']
     assert runner.names() == asked
     if state == 'down':
-        assert result['url_proof'] == {'default_url': False, 'listens': None, 'why': 'the URL names no port'}
+        assert result['url_proof'] == {'default_url': False, 'listens': None, 'why': 'the URL names no port',
+                                       'unit': 'the systemd unit vllm-vllm', 'can_prove': True, 'assumed': False}
     if asked:
         argv, timeout, keep = runner.calls[0]
         assert argv[:3] == ['systemctl', 'show', 'vllm-vllm'] and timeout == 30.0 and keep == MAX_OUTPUT
@@ -90,10 +109,10 @@ def test_one_instance_decided_from_the_runner_s_answer_at_the_clock_s_time(
     assert (record['time'], record['state'], record['action']) == (STAMP, state, action)
 
 
-def test_a_restart_keeps_the_evidence_with_the_service_s_log_named_by_the_clock(tmp_path):
-    answers = {'systemctl': systemd(START - 7200), 'journalctl': (0, 'old\n' + 'the last line\n', '')}
+def test_a_restart_keeps_the_evidence_with_the_service_s_log_named_by_the_clock(tmp_path, served):
+    answers = {'systemctl': systemd(START - 7200, pid=SERVING), 'journalctl': (0, 'old\n' + 'the last line\n', '')}
     gate, runner, clock, statedir = make(tmp_path, answers, log_lines=1)
-    result = gate.run([item(verdict={'state': 'stuck', 'reason': 'frozen'})], {}, None)[0]
+    result = gate.run([item(verdict={'state': 'stuck', 'reason': 'frozen'}, url=served)], {}, None)[0]
     assert result['action'] == 'restart'
     stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(START))
     assert result['evidence_file'] == str(statedir / 'evidence' / ('vllm-%s.json' % stamp))
@@ -109,8 +128,9 @@ def test_each_instance_s_evidence_is_its_own_never_the_last_one_s(tmp_path):
     """No hidden "current" instance: the evidence of one is taken with that one's log command."""
     gate, runner, clock, statedir = make(tmp_path, {'cat-a': (0, 'log of a\n', ''), 'cat-b': (0, 'log of b\n', '')})
     stuck = {'state': 'stuck', 'reason': 'frozen'}
-    items = [item('a', restart_method='command', logs_command=['cat-a'], verdict=stuck),
-             item('b', restart_method='command', logs_command=['cat-b'], verdict=stuck)]
+    # The command method names no process: the inventory says what it restarts (assume_url_is_service).
+    items = [item('a', restart_method='command', logs_command=['cat-a'], verdict=stuck, assume_url_is_service=True),
+             item('b', restart_method='command', logs_command=['cat-b'], verdict=stuck, assume_url_is_service=True)]
     results = gate.run(items, {}, None)
     assert [r['action'] for r in results] == ['restart', 'restart'], results
     for name, result in zip('ab', results):
@@ -122,9 +142,9 @@ def test_each_instance_s_evidence_is_its_own_never_the_last_one_s(tmp_path):
     (60, 'none', 'within the start-up grace'),  # the restart is the latest start
     (DEFAULTS['startup_grace'] + 60, 'fail', ''),  # the same hang within rehang_window, no reboot: a human
 ])
-def test_the_next_run_is_decided_at_the_clock_s_new_time(tmp_path, later, action, words):
-    gate, runner, clock, statedir = make(tmp_path, {'systemctl': systemd(START - 7200)})
-    stuck = [item(verdict={'state': 'stuck', 'reason': 'frozen'})]
+def test_the_next_run_is_decided_at_the_clock_s_new_time(tmp_path, served, later, action, words):
+    gate, runner, clock, statedir = make(tmp_path, {'systemctl': systemd(START - 7200, pid=SERVING)})
+    stuck = [item(verdict={'state': 'stuck', 'reason': 'frozen'}, url=served)]
     assert gate.run(stuck, {}, None)[0]['action'] == 'restart'
     clock.now += later
     result = gate.run(stuck, {}, None)[0]
@@ -132,10 +152,15 @@ def test_the_next_run_is_decided_at_the_clock_s_new_time(tmp_path, later, action
     assert json.loads((statedir / 'vllm.json').read_text())['last_check'] == START + later
 
 
-def test_check_mode_asks_and_decides_and_writes_nothing(tmp_path):
-    gate, runner, clock, statedir = make(tmp_path, {'systemctl': systemd(START - 7200)}, check_mode=True)
-    result = gate.run([item(verdict={'state': 'stuck', 'reason': 'frozen'})], {}, None)[0]
+def test_check_mode_asks_and_decides_and_writes_nothing(tmp_path, served):
+    gate, runner, clock, statedir = make(tmp_path, {'systemctl': systemd(START - 7200, pid=SERVING)}, check_mode=True,
+                                         release_memory=True)
+    result = gate.run([item(verdict={'state': 'stuck', 'reason': 'frozen'}, url=served)], {}, None)[0]
     assert result['action'] == 'restart' and result['evidence_file'] is None
+    # It names what it acts on and the exact commands.
+    assert 'the systemd unit vllm-vllm' in result['decision']
+    assert result['decision'].endswith('check mode: it would run systemctl stop vllm-vllm; then, once the memory is '
+                                       'back, systemctl start vllm-vllm'), result['decision']
     assert runner.names() == ['systemctl']
     assert list(statedir.iterdir()) == []
 
@@ -216,3 +241,114 @@ def test_results_from_histories(tmp_path):
     assert [(r['name'], r['state'], r['action']) for r in out] == [
         ('a', 'busy', 'none'), ('b', 'unknown', 'none'), ('c', 'unknown', 'none')]
     assert out[0]['history']['last_check'] == START
+
+
+# -- before any restart: what it acts on serves the URL (issue 24) ------------------------------------------------
+
+@pytest.fixture
+def other_server():
+    """Another process listening on a port of its own (another server of the host): (its pid, its URL)."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    proc = subprocess.Popen([sys.executable, '-c', 'import socket, sys, time\ns = socket.socket()\n'
+                             's.bind(("127.0.0.1", 0)); s.listen(1)\nprint(s.getsockname()[1], flush=True)\n'
+                             'time.sleep(120)'], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        yield proc.pid, 'http://127.0.0.1:%d' % port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stuck_url_is_never_restarted_through_another_server_s_unit(tmp_path, served, other_server):
+    """The URL is the stuck server (this process listens on it); the unit named is another server's: a human is asked,
+    and the decision names the URL, the unit and what each holds."""
+    other_pid, other_url = other_server
+    gate, runner, clock, statedir = make(tmp_path, {'systemctl': systemd(START - 7200, pid=other_pid)})
+    result = gate.run([item(verdict={'state': 'stuck', 'reason': 'frozen'}, url=served, service='vllm-b')], {},
+                      None)[0]
+    assert result['action'] == 'fail', result
+    port = served.rsplit(':', 1)[1]
+    assert 'nothing shows that the systemd unit vllm-b serves %s' % served in result['decision']
+    assert 'its main process %d' % other_pid in result['decision']
+    assert 'listens on %s, not on 127.0.0.1:%s' % (other_url[len('http://'):], port) in result['decision']
+    assert '127.0.0.1:%s is held by process %d' % (port, os.getpid()) in result['decision']
+    assert json.loads((statedir / 'vllm.json').read_text())['restarts'] == []
+    # The same unit for its own URL: restarted.
+    clock.now += 10
+    own = gate.run([item('b', verdict={'state': 'stuck', 'reason': 'frozen'}, url=other_url, service='vllm-b')], {},
+                   None)[0]
+    assert own['action'] == 'restart', own
+
+
+def test_a_unit_systemd_does_not_know_is_never_restarted(tmp_path, served):
+    not_found = (0, 'ActiveState=inactive\nSubState=dead\nExecMainStartTimestamp=\nMainPID=0\nLoadState=not-found\n', '')
+    gate, runner, clock, statedir = make(tmp_path, {'systemctl': not_found})
+    for state in ('stuck', 'down'):
+        result = gate.run([item(verdict={'state': state, 'reason': 'x'}, url=served, service='vllm-typo')], {},
+                          None)[0]
+        assert result['action'] == 'fail', result
+        assert 'the systemd unit vllm-typo does not exist (no such unit (systemctl show: LoadState=not-found))' \
+            in result['decision']
+
+
+# -- a failed restart: recorded as failed, no grace from it (issue 24) ----------------------------------------------
+
+def test_a_failed_restart_is_recorded_and_gives_no_grace_once_a_human_clears_it(tmp_path, served):
+    gate, runner, clock, statedir = make(tmp_path, {'systemctl': systemd(START - 7200, pid=SERVING)})
+    stuck = [item(verdict={'state': 'stuck', 'reason': 'frozen'}, url=served)]
+    assert gate.run(stuck, {}, None)[0]['action'] == 'restart'
+    clock.now += 30
+    said = gate.record_failure('vllm', 'systemctl stop vllm-vllm exited 5: Unit vllm-vllm.service not found.')
+    assert 'gives no start-up grace; it counts against the restart budget' in said
+    history = json.loads((statedir / 'vllm.json').read_text())
+    assert history['failed_restarts'] == [START]
+    assert history['last_step']['outcome'] == 'failed' and 'exited 5' in history['last_step']['why']
+    record = lines(statedir / 'vllm.verdicts.jsonl')[-1]
+    assert (record['action'], record['step']) == ('restart failed', True)
+    assert record['outcome'].startswith('failed: systemctl stop vllm-vllm exited 5')
+    clock.now += 14
+    held = gate.run(stuck, {}, None)[0]
+    assert held['action'] == 'fail' and 'remove %s' % (statedir / 'vllm.restart-failed') in held['decision']
+    (statedir / 'vllm.restart-failed').unlink()  # the human fixed it and removed the record, as told
+    again = gate.run(stuck, {}, None)[0]
+    assert again['action'] == 'restart', again
+    assert 'within the start-up grace' not in again['decision']
+    assert 'restart 2 of at most 3' in again['decision']
+
+
+def test_a_restart_that_worked_is_recorded_with_the_verdict_after_it(tmp_path, served):
+    gate, runner, clock, statedir = make(tmp_path, {'systemctl': systemd(START - 7200, pid=SERVING)})
+    assert gate.run([item(verdict={'state': 'stuck', 'reason': 'frozen'}, url=served)], {}, None)[0]['action'] \
+        == 'restart'
+    clock.now += 60
+    assert gate.record_outcome('vllm', 'idle', 'nothing in flight') == 'now idle (nothing in flight)'
+    history = json.loads((statedir / 'vllm.json').read_text())
+    assert history['last_step']['outcome'] == 'idle' and not history.get('failed_restarts')
+    assert history['outcomes'] == [{'at': START, 'recorded': START + 60, 'outcome': 'idle',
+                                    'why': 'nothing in flight'}]
+    record = lines(statedir / 'vllm.verdicts.jsonl')[-1]
+    assert (record['state'], record['action'], record['outcome']) == ('idle', 'restarted', 'now idle (nothing in flight)')
+    # ... and its grace holds.
+    clock.now += 60
+    later = gate.run([item(verdict={'state': 'stuck', 'reason': 'frozen'}, url=served)], {}, None)[0]
+    assert later['action'] == 'none' and 'within the start-up grace' in later['decision']
+
+
+# -- what a human is asked to look at is there (issue 24) -------------------------------------------------------------
+
+def test_the_unknown_streak_keeps_the_evidence_it_asks_a_human_to_look_at(tmp_path):
+    answers = {'systemctl': systemd(START - 7200), 'journalctl': (0, 'vllm: first\nvllm: the last line\n', '')}
+    gate, runner, clock, statedir = make(tmp_path, answers)
+    unknown = [item(verdict={'state': 'unknown', 'reason': 'HTTP 401 (check api_key)'})]
+    for dummy in range(2):
+        assert gate.run(unknown, {}, None)[0]['evidence_file'] is None
+        clock.now += 300
+    result = gate.run(unknown, {}, None)[0]
+    assert result['action'] == 'fail' and 'look at the evidence' in result['decision']
+    evidence = json.loads(open(result['evidence_file']).read())
+    assert evidence['logs'] == ['vllm: first', 'vllm: the last line']
+    assert evidence['service']['status'] == 'active/running'  # asked for the human, though unknown never restarts
+    assert [v['state'] for v in evidence['recent_verdicts']] == ['unknown'] * 3
+    assert result['evidence'].endswith('2 line(s) of its log, the last: vllm: the last line')

@@ -9,12 +9,16 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     describe_failure,
     logs_command,
     parse_docker_state,
+    parse_ports,
     parse_systemd_show,
+    planned_commands,
+    published_ports,
     restart_commands,
     run_argv,
     run_commands,
     service_status,
     stop_start_commands,
+    target,
 )
 
 COMPOSE = ['docker', 'compose', '--project-directory', '/srv/vllm']
@@ -66,7 +70,8 @@ def test_systemd_show(rc, out, expected):
      {'running': True, 'started_at': None, 'status': 'restarting', 'main_pid': None}),
     (0, {'Status': 'exited', 'Running': False, 'StartedAt': '2026-11-30T02:10:52Z', 'Pid': 4242},
      {'running': False, 'started_at': '2026-11-30T02:10:52Z', 'status': 'exited', 'main_pid': None}),
-    (1, None, {'running': None, 'started_at': None, 'status': 'docker inspect failed: no such container'}),
+    # Docker has no such container ("Error: No such object: NAME", exit 1): it does not exist, it is not running.
+    (1, None, {'running': False, 'started_at': None, 'exists': False, 'status': 'no such container: no such container'}),
     (0, 'not json', {'running': None, 'started_at': None, 'status': 'docker inspect failed: no such container'}),
 ])
 def test_docker_state(rc, state, expected):
@@ -134,3 +139,43 @@ def test_logs_commands():
     assert logs_command('systemd', 'vllm', lines=50)[:4] == ['journalctl', '--unit', 'vllm', '--lines']
     assert logs_command('docker', 'vllm', lines=50) == ['docker', 'logs', '--tail', '50', 'vllm']
     assert logs_command('command', None, command=None) is None
+
+
+def test_a_unit_systemd_does_not_know_does_not_exist():
+    """systemctl show of an unknown unit exits 0 and says inactive/dead; LoadState=not-found is what tells."""
+    out = 'ActiveState=inactive\nSubState=dead\nExecMainStartTimestamp=\nMainPID=0\nLoadState=not-found\n'
+    assert parse_systemd_show(0, out) == {'running': False, 'started_at': None, 'exists': False, 'main_pid': None,
+                                          'status': 'no such unit (systemctl show: LoadState=not-found)'}
+    loaded = parse_systemd_show(0, out.replace('not-found', 'loaded'))
+    assert loaded['running'] is False and 'exists' not in loaded
+
+
+@pytest.mark.parametrize('rc, out, expected', [
+    (0, '{"8000/tcp": [{"HostIp": "0.0.0.0", "HostPort": "8001"}, {"HostIp": "::", "HostPort": "8001"}]}',
+     [('0.0.0.0', 8001, '8000/tcp'), ('::', 8001, '8000/tcp')]),
+    (0, '{"8000/tcp": null}', []),  # exposed, not published
+    (0, 'null', []),  # host network, or nothing published
+    (0, '{"8000/tcp": [{"HostPort": "x"}, "junk"]}', []),
+    (0, 'not json', None), (1, '', None), (0, '[1]', None),
+])
+def test_published_ports(rc, out, expected):
+    assert parse_ports(rc, out) == expected
+    calls = []
+    assert published_ports(lambda argv: calls.append(argv) or (rc, out, ''), 'vllm-b') == expected
+    assert calls == [['docker', 'inspect', '--format', '{{json .NetworkSettings.Ports}}', 'vllm-b']]
+
+
+@pytest.mark.parametrize('method, settings, release, words, commands', [
+    ('systemd', {'service': 'vllm-b'}, True, 'the systemd unit vllm-b',
+     'systemctl stop vllm-b; then, once the memory is back, systemctl start vllm-b'),
+    ('systemd', {'service': 'vllm-b'}, False, 'the systemd unit vllm-b', 'systemctl restart vllm-b'),
+    ('docker', {'service': 'vllm-b'}, True, 'the container vllm-b',
+     'docker stop vllm-b; then, once the memory is back, docker start vllm-b'),
+    ('compose', {'service': 'b', 'compose_project_dir': '/srv/v'}, False, 'the compose service b of /srv/v',
+     'docker compose --project-directory /srv/v restart b'),
+    ('command', {'command': ['vllm-restart', 'b']}, True, 'the restart command vllm-restart b', 'vllm-restart b'),
+    ('command', {}, True, 'the restart command ?', 'none (restart method command needs restart_command)'),
+])
+def test_what_a_restart_acts_on_and_its_commands_in_words(method, settings, release, words, commands):
+    assert target(method, **settings) == words
+    assert planned_commands(method, release_memory=release, **settings) == commands

@@ -90,7 +90,7 @@ def test_the_write_is_atomic_0644_and_leaves_no_temporary_file(tmp_path):
 
 
 @pytest.mark.parametrize('make, why', [
-    (lambda tmp: str(tmp / 'missing-dir' / 'vllm_watchdog.prom'), 'No such file'),
+    (lambda tmp: str(tmp / 'missing-dir' / 'vllm_watchdog.prom'), 'missing-dir does not exist'),
     (str, 'Is a directory'),
 ])
 def test_a_write_that_fails_says_why_and_creates_nothing(tmp_path, make, why):

@@ -282,7 +282,8 @@ def test_the_textfile_holds_the_verdicts_as_metrics_node_exporter_can_read(tmp_p
 def test_restarts_total_only_grows(tmp_path):
     state = tmp_path / 'state'
     textfile = tmp_path / 'vllm_watchdog.prom'
-    stuck = [{'name': 'vllm', 'verdict': {'state': 'stuck', 'reason': 'frozen'}, 'restart_method': 'command'}]
+    stuck = [{'name': 'vllm', 'verdict': {'state': 'stuck', 'reason': 'frozen'}, 'restart_method': 'command',
+              'assume_url_is_service': True}]
     # rehang_window 0: a hang right after a restart is restarted again (by default the ladder asks a human instead).
     first = gate_raw(state, {'state_dir': str(state), 'instances': stuck, 'textfile': str(textfile),
                              'startup_grace': 0, 'cooldown': 0, 'rehang_window': 0})
@@ -308,16 +309,27 @@ def test_a_cut_verdict_line_loses_nothing_and_the_evidence_names_it(tmp_path):
     assert evidence['damaged_verdict_lines'] == ['%s line 2 is not a JSON object: %r' % (verdicts, '{"action": "no')]
 
 
-def test_a_textfile_that_cannot_be_written_is_said_in_the_result_a_warning_and_the_facts(tmp_path):
+@pytest.mark.parametrize('host', [None, 'gb10-01'])
+def test_a_textfile_that_cannot_be_written_is_said_in_the_result_a_warning_and_the_facts(tmp_path, host):
     state = tmp_path / 'state'
     textfile = tmp_path / 'missing-dir' / 'vllm_watchdog.prom'
-    result = gate_raw(state, {'state_dir': str(state), 'host': 'gb10-01', 'textfile': str(textfile),
-                              'instances': [{'name': 'vllm', 'verdict': {'state': 'idle', 'reason': 'ok'}}]})
+    params = {'state_dir': str(state), 'textfile': str(textfile),
+              'instances': [{'name': 'vllm', 'verdict': {'state': 'idle', 'reason': 'ok'}}]}
+    if host:
+        params['host'] = host
+    result = gate_raw(state, params)
     assert not result.get('failed'), result
-    assert str(textfile) in result['textfile_error'] and 'No such file' in result['textfile_error']
-    assert result['textfile_error'] in json.dumps(result['warnings'])  # ansible-core 2.19's warning records
-    facts = result['ansible_facts']['vllm_watchdog_results']
-    assert [f['textfile_error'] for f in facts] == [result['textfile_error']]
+    # The same words on every host: the directory that is missing, never the name of a temporary file.
+    assert result['textfile_error'] == (
+        'the textfile %s could not be written (its directory %s does not exist): Prometheus gets no vllm_watchdog_* '
+        'metric from this host, so no alert can fire on it' % (textfile, textfile.parent))
+    if host:
+        # The role's gate: its results carry it, and the role says it once; no warning on every host.
+        assert not result.get('warnings'), result
+        facts = result['ansible_facts']['vllm_watchdog_results']
+        assert [f['textfile_error'] for f in facts] == [result['textfile_error']]
+    else:
+        assert result['textfile_error'] in json.dumps(result['warnings'])  # ansible-core 2.19's warning records
     assert not textfile.parent.exists()  # never created behind the operator's back
 
 
@@ -331,6 +343,7 @@ def test_the_key_never_reaches_the_evidence_the_history_or_the_result(tmp_path):
     logfile = tmp_path / 'vllm.log'  # the service's log, as journalctl or docker logs would print it
     logfile.write_text(log + '\n')
     instance = {'name': 'vllm', 'restart_method': 'command', 'api_key': key, 'logs_command': ['cat', str(logfile)],
+                'assume_url_is_service': True,
                 'verdict': {'state': 'stuck', 'reason': 'frozen (key %s)' % key,
                             'evidence': {'notes': ['probe sent with Authorization: Bearer %s' % key]}}}
     result = gate_raw(state, {'state_dir': str(state), 'host': 'gb10-01', 'instances': [instance]})

@@ -244,3 +244,39 @@ def test_a_bad_choice_inside_the_instances_names_the_key():
     found = v.value_problems([('h', {'vllm_watchdog_instances': [{'name': 'chat', 'url': 'http://x',
                                                                   'restart_method': 'dockr'}]})], specs, validate)
     assert len(found) == 1 and 'restart_method' in found[0] and 'dockr' in found[0] and 'systemd' in found[0], found
+
+
+@pytest.mark.parametrize('name, value, expected', [
+    ('vllm_url', 'http://gb10-01:8000/v1',
+     "vllm_url: url 'http://gb10-01:8000/v1' names the endpoint /v1, not the server: give the server's own URL, "
+     "'http://gb10-01:8000'"),
+    ('vllm_watchdog_url', 'http://gb10-01:8000/metrics', "vllm_watchdog_url: url 'http://gb10-01:8000/metrics' names "
+                                                         "the endpoint /metrics"),
+    ('vllm_url', 'gb10-01:8000', "vllm_url: url must start with http:// or https://, got 'gb10-01:8000': did you mean "
+                                 "'http://gb10-01:8000'?"),
+    ('vllm_instances', [{'name': 'embed', 'url': 'http://127.0.0.1:8001/v1/'}],
+     "vllm_instances[embed]: url 'http://127.0.0.1:8001/v1/' names the endpoint /v1"),
+])
+def test_a_url_that_names_an_endpoint_or_has_no_scheme_is_named_before_any_check(name, value, expected):
+    specs = v.specs_of(['inventory', 'check', 'watchdog'])
+    found = v.value_problems([('gb10-01', {name: value}), ('gb10-02', {name: value})], specs, validate)
+    assert len(found) == 1 and found[0].startswith(expected) and found[0].endswith('(on gb10-01, gb10-02)'), found
+
+
+@pytest.mark.parametrize('url', ['http://127.0.0.1:8000', 'https://gw.example/vllm-a/', '{{ lookup("env", "X") }}'])
+def test_a_base_url_and_a_template_pass(url):
+    specs = v.specs_of(['inventory', 'check', 'watchdog'])
+    assert v.value_problems([('h', {'vllm_url': url, 'vllm_watchdog_url': url})], specs, validate) == []
+
+
+def test_a_misspelled_name_that_says_what_is_restarted_is_named_with_what_would_be():
+    known = v.known_specs()
+    found = v.unknown_names([('gb10-01', ['vllm_watchdog_servce', 'vllm_watchdog_intervl'])], known)
+    targets = v.targets(found)
+    assert [entry['name'] for entry in targets] == ['vllm_watchdog_servce']  # the interval names no target
+    defaults = dict((name, spec.get('default')) for name, spec in known.items() if spec and 'default' in spec)
+    line = v.target_message(targets[0], {'gb10-01': {'vllm_watchdog_servce': 'vllm-b'}}, defaults)
+    assert line == ('vllm_watchdog_servce = "vllm-b" (set on gb10-01) is not a variable of modelops.vllm: did you mean '
+                    'vllm_watchdog_service? That one says what a restart acts on: the run would act on what '
+                    'vllm_watchdog_service says now (its default "vllm"), on a host with two servers the other one, so '
+                    'nothing is checked or restarted on this host until it is spelled vllm_watchdog_service')
