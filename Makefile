@@ -36,6 +36,12 @@ PIP_NOISE := is ignored: it is neither a file nor a directory
 # Order of `make test`: fast, self-contained tiers first.
 TIERS := lint unit build sanity molecule versions integration
 
+# pytest-xdist workers of the pytest tiers (0: one process). The unit tier's tests mostly compute; the integration
+# tier's mostly wait (check intervals, servers starting), side by side in the groups of tests/support/groups.py.
+UNIT_WORKERS ?= 3
+INTEGRATION_WORKERS ?= 4
+xdist = $(if $(filter-out 0,$(1)),-n $(1) $(2))
+
 .PHONY: help venv lock lock-versions collection-link lint sanity unit integration molecule versions build test demo try try-stop clean distclean
 
 help:
@@ -113,7 +119,7 @@ lint: $(STAMP) collection-link
 
 unit: $(STAMP) collection-link
 	@echo '== unit: pytest tests/unit'
-	scripts/pytest-tier.sh unit tests/unit
+	scripts/pytest-tier.sh unit tests/unit $(call xdist,$(UNIT_WORKERS))
 
 integration: $(STAMP) collection-link
 	@echo '== integration: pytest tests/integration'
@@ -122,7 +128,7 @@ integration: $(STAMP) collection-link
 	scripts/ensure-eda.sh
 	scripts/ensure-sshd.sh
 	scripts/ensure-tools.sh
-	scripts/pytest-tier.sh integration tests/integration
+	scripts/pytest-tier.sh integration tests/integration $(call xdist,$(INTEGRATION_WORKERS),--dist loadgroup --no-loadscope-reorder)
 
 sanity: $(STAMP)
 	@echo '== sanity: ansible-test sanity'

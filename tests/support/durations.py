@@ -28,8 +28,9 @@ def _worker(report):
 
 
 def _nodeid(report):
-    # --dist loadgroup names an item "path::test@group"
-    return report.nodeid.rsplit('@', 1)[0] if '@' in report.nodeid.rsplit('::', 1)[-1] else report.nodeid
+    # --dist loadgroup names an item "path::test[params]@group" (xdist's own rule: an @ after the parameters)
+    nodeid = report.nodeid
+    return nodeid[:nodeid.rfind('@')] if nodeid.rfind('@') > nodeid.rfind(']') else nodeid
 
 
 class Durations:
