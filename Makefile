@@ -35,12 +35,21 @@ PIP_NOISE := is ignored: it is neither a file nor a directory
 
 # Order of `make test`: fast, self-contained tiers first.
 TIERS := lint unit build sanity molecule versions integration
+# `make check`, the developer's inner loop: these at once.
+CHECK_TIERS := lint unit sanity smoke
 
-.PHONY: help venv lock lock-versions collection-link lint sanity unit integration molecule versions build test demo try try-stop clean distclean
+# pytest-xdist workers of the pytest tiers (0: one process). The unit tier's tests mostly compute; the integration
+# tier's mostly wait (check intervals, servers starting), side by side in the groups of tests/support/groups.py.
+UNIT_WORKERS ?= 3
+INTEGRATION_WORKERS ?= 4
+xdist = $(if $(filter-out 0,$(1)),-n $(1) $(2))
+
+.PHONY: help venv lock lock-versions collection-link lint sanity unit integration molecule smoke versions build test check demo try try-stop clean distclean
 
 help:
 	@echo 'User-facing:'
 	@echo '  make test         create .venv (first run only) and run every tier: $(TIERS)'
+	@echo '  make check        the developer loop, about 5 minutes: $(CHECK_TIERS) at once (output in .cache/tiers/)'
 	@echo '  make demo         run the demo (scripts/demo.py) in .venv (which it makes with requirements/demo.txt only)'
 	@echo '  make try          leave a sandbox running (simulated vLLM servers on 127.0.0.1:28000-28099, an inventory,'
 	@echo '                    stand-ins): every command of the docs runs against it; prints the line to source'
@@ -51,6 +60,7 @@ help:
 	@echo '  make build        ansible-galaxy collection build + install into a temp path + ansible-doc $(NAMESPACE).$(NAME).health'
 	@echo '  make sanity       ansible-test sanity --venv --python 3.11 on a staged copy (scripts/ansible-test-sanity.sh)'
 	@echo '  make molecule     molecule test --all, if there are molecule scenarios'
+	@echo '  make smoke        molecule test -s stuck: the role restarts a hung server end to end (part of make check)'
 	@echo '  make versions     both ends of the ansible-core range, each in its own venv under .cache/versions/'
 	@echo '                    (scripts/versions-tier.sh): 2.16 on Python 3.11 and 2.21 on Python 3.12 (sanity, unit,'
 	@echo '                    molecule fleet + stuck), 2.21 with INJECT_FACTS_AS_VARS=False (molecule); an Ansible warning fails it'
@@ -113,7 +123,7 @@ lint: $(STAMP) collection-link
 
 unit: $(STAMP) collection-link
 	@echo '== unit: pytest tests/unit'
-	scripts/pytest-tier.sh unit tests/unit
+	scripts/pytest-tier.sh unit tests/unit $(call xdist,$(UNIT_WORKERS))
 
 integration: $(STAMP) collection-link
 	@echo '== integration: pytest tests/integration'
@@ -122,7 +132,7 @@ integration: $(STAMP) collection-link
 	scripts/ensure-eda.sh
 	scripts/ensure-sshd.sh
 	scripts/ensure-tools.sh
-	scripts/pytest-tier.sh integration tests/integration
+	scripts/pytest-tier.sh integration tests/integration $(call xdist,$(INTEGRATION_WORKERS),--dist loadgroup --no-loadscope-reorder)
 
 sanity: $(STAMP)
 	@echo '== sanity: ansible-test sanity'
@@ -135,16 +145,24 @@ molecule: $(STAMP) collection-link
 # ansible-core 2.16 and 2.21 (the ends of the tested range) in venvs of their own; VERSIONS_ARGS=core-2.16 runs one.
 versions: collection-link
 	@echo '== versions: ansible-core 2.16 and 2.21 (scripts/versions-tier.sh)'
-	scripts/versions-tier.sh $(VERSIONS_ARGS)
+	UNIT_WORKERS=$(UNIT_WORKERS) scripts/versions-tier.sh $(VERSIONS_ARGS)
 
 build: $(STAMP)
 	@echo '== build: ansible-galaxy collection build / install / ansible-doc'
 	scripts/build-collection.sh
 
+smoke: $(STAMP) collection-link
+	@echo '== smoke: molecule test -s stuck'
+	molecule test -s stuck
+
 # ------------------------------------------------------------ user commands
 
 test: $(STAMP)
 	scripts/run-tiers.sh $(TIERS)
+
+# Not what CI runs: a quick look before a commit (`make test` is all of it).
+check: $(STAMP) collection-link
+	MAKE_GOAL_NAME=check PARALLEL=1 scripts/run-tiers.sh $(CHECK_TIERS)
 
 demo: $(DEMO_STAMP) collection-link
 	scripts/ensure-nginx.sh

@@ -13,7 +13,9 @@ for base in . extensions; do
         # Molecule looks for a scenario named "default" first and, this collection having none, logs
         # "CRITICAL 'molecule/default/molecule.yml' glob failed." before it runs the others: labelled here as
         # what it is, so that a passing run prints no unlabelled CRITICAL.
-        (cd "${base}" && PYTHONUNBUFFERED=1 molecule test --all) 2>&1 | sed -u -E \
+        # Side by side (molecule's --workers): each scenario has its own block of ports (molecule_ports), its own
+        # ephemeral directory and its own stand-ins; MOLECULE_WORKERS=1 runs them one after the other.
+        (cd "${base}" && PYTHONUNBUFFERED=1 molecule test --all --workers "${MOLECULE_WORKERS:-4}") 2>&1 | sed -u -E \
             "s#^.*CRITICAL.*'([^']*/)?molecule/default/molecule\.yml' glob failed.*\$#molecule: expected, not an error: there is no default scenario (molecule probes for molecule/default/molecule.yml first and logs 'CRITICAL ... glob failed')#"
         ran=1
     fi

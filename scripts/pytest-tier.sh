@@ -3,6 +3,9 @@
 # collects nothing from (exit 5), fails: a tier that quietly runs nothing
 # would pass CI without testing anything.
 #
+# Every test's time goes to .cache/durations/NAME.json (or $MODELOPS_DURATIONS), the slowest printed at
+# the end (tests/support/durations.py).
+#
 # usage: scripts/pytest-tier.sh NAME DIR [pytest args...]
 set -euo pipefail
 
@@ -16,7 +19,7 @@ if [[ ! -d "${dir}" ]] || [[ -z "$(find "${dir}" -type f \( -name 'test_*.py' -o
 fi
 
 rc=0
-python -m pytest "${dir}" "$@" || rc=$?
+MODELOPS_TIER="${MODELOPS_TIER:-${name}}" python -m pytest -p tests.support.durations "${dir}" "$@" || rc=$?
 if [[ ${rc} -eq 5 ]]; then
     echo "${name}: ERROR -- ${dir}/ has test files but pytest collected no tests" >&2
     exit 1

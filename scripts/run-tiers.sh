@@ -1,40 +1,86 @@
 #!/usr/bin/env bash
-# Run the given make tiers one after the other, keep going after a failure,
-# print a summary and exit non-zero if any tier failed.
+# Run the given make tiers, keep going after a failure, print a summary (each tier's time and the machine's
+# 1-minute load average at its start and end: the machine is shared, a time means little without it; also
+# kept in .cache/durations/test-tiers.txt, or check-tiers.txt) and exit non-zero if any tier failed. Each pytest tier keeps every
+# test's time in .cache/durations/ too.
 #
-# usage: scripts/run-tiers.sh TIER...        (FAIL_FAST=1 stops at the first failure)
+# usage: scripts/run-tiers.sh TIER...        one after the other (FAIL_FAST=1 stops at the first failure)
+#        PARALLEL=1 scripts/run-tiers.sh TIER...
+#                                            all at once (`make check`), each tier's output in
+#                                            .cache/tiers/TIER.log, the end of a failed tier's log printed
 set -uo pipefail
 
 make_cmd="${MAKE:-make}"
-declare -a names=() results=() durations=()
+declare -a names=() results=() durations=() loads=()
 failed=0
+load1() { cut -d' ' -f1 /proc/loadavg; }
+total_start=${SECONDS}
 
-for tier in "$@"; do
-    echo
-    echo "######## make ${tier}"
-    start=${SECONDS}
-    "${make_cmd}" --no-print-directory "${tier}"
-    rc=$?
-    names+=("${tier}")
-    durations+=("$((SECONDS - start))")
-    if [[ ${rc} -eq 0 ]]; then
+record() {  # TIER RC SECONDS LOADS
+    names+=("$1")
+    durations+=("$3")
+    loads+=("$4")
+    if [[ $2 -eq 0 ]]; then
         results+=("ok")
     else
-        results+=("FAILED (exit ${rc})")
+        results+=("FAILED (exit $2)")
         failed=$((failed + 1))
-        if [[ "${FAIL_FAST:-0}" == 1 ]]; then
+    fi
+}
+
+if [[ "${PARALLEL:-0}" == 1 ]]; then
+    mkdir -p .cache/tiers
+    declare -A pids=()
+    load_start="$(load1)"
+    for tier in "$@"; do
+        (
+            start=${SECONDS}
+            "${make_cmd}" --no-print-directory "${tier}" >".cache/tiers/${tier}.log" 2>&1
+            rc=$?
+            echo "${rc} $((SECONDS - start)) $(load1)" >".cache/tiers/${tier}.result"
+            exit "${rc}"
+        ) &
+        pids[${tier}]=$!
+        echo "######## make ${tier} (output in .cache/tiers/${tier}.log)"
+    done
+    for tier in "$@"; do
+        wait "${pids[${tier}]}"
+        read -r rc seconds load_end <".cache/tiers/${tier}.result"
+        record "${tier}" "${rc}" "${seconds}" "${load_start} -> ${load_end}"
+        if [[ ${rc} -ne 0 ]]; then
+            echo
+            echo "######## make ${tier} FAILED: the end of .cache/tiers/${tier}.log"
+            tail -n 60 ".cache/tiers/${tier}.log"
+        fi
+    done
+else
+    for tier in "$@"; do
+        echo
+        echo "######## make ${tier}"
+        start=${SECONDS}
+        load_start="$(load1)"
+        "${make_cmd}" --no-print-directory "${tier}"
+        rc=$?
+        record "${tier}" "${rc}" "$((SECONDS - start))" "${load_start} -> $(load1)"
+        if [[ ${rc} -ne 0 && "${FAIL_FAST:-0}" == 1 ]]; then
             break
         fi
-    fi
-done
+    done
+fi
 
+summary() {
+    echo "######## make ${MAKE_GOAL_NAME:-test} summary ($(date '+%Y-%m-%d %H:%M'), $(nproc) cores$([[ "${PARALLEL:-0}" == 1 ]] && echo ', tiers at once'))"
+    printf '  %-12s %-18s %6s  %s\n' tier result time 'load average (1 min) at start -> end'
+    for i in "${!names[@]}"; do
+        printf '  %-12s %-18s %5ss  %s\n' "${names[$i]}" "${results[$i]}" "${durations[$i]}" "${loads[$i]}"
+    done
+    printf '  %-12s %-18s %5ss\n' total '' "$((SECONDS - total_start))"
+}
 echo
-echo "######## make test summary"
-for i in "${!names[@]}"; do
-    printf '  %-12s %-18s %5ss\n' "${names[$i]}" "${results[$i]}" "${durations[$i]}"
-done
+mkdir -p .cache/durations
+summary | tee ".cache/durations/${MAKE_GOAL_NAME:-test}-tiers.txt"
 if [[ ${failed} -ne 0 ]]; then
-    echo "make test: ${failed} tier(s) failed"
+    echo "make ${MAKE_GOAL_NAME:-test}: ${failed} tier(s) failed"
     exit 1
 fi
-echo "make test: all tiers ok"
+echo "make ${MAKE_GOAL_NAME:-test}: all tiers ok"

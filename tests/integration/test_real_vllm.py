@@ -22,7 +22,7 @@ import time
 import pytest
 import requests
 
-from tests.harness.vllm_server import long_prompt
+from tests.harness.vllm_server import descendants, long_prompt
 from tests.support.ansible_run import health  # runs ansible-playbook with this checkout
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
@@ -104,11 +104,10 @@ def metrics_reads(srv) -> int:
 
 
 def signal_module(marker: str, signum) -> list:
-    """Signal the running Ansible module processes whose command line holds ``marker``."""
+    """Signal the running Ansible module processes whose command line holds ``marker``, this test's own only
+    (tests running beside it, and other test runs on the machine, have theirs)."""
     hit = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    for pid in descendants(os.getpid()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 cmdline = handle.read()

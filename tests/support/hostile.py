@@ -748,6 +748,21 @@ class Registry(object):
             out.append('generated examples: %s: %d' % (what, n))
         return out
 
+    def export(self):
+        """What a pytest-xdist worker sends the controller (tests/integration/conftest.py)."""
+        return {'tried': [[cls, name, held] for (cls, name), held in self.tried.items()],
+                'generated': dict(self.generated)}
+
+    def merge(self, data):
+        """Add a worker's :meth:`export`."""
+        for cls, name, held in data['tried']:
+            if held is None:
+                self.tried.setdefault((cls, name), None)
+            else:
+                self.hold(cls, name, held)
+        for what, n in data['generated'].items():
+            self.examples(what, n)
+
 
 REGISTRY = Registry()
 

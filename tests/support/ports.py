@@ -14,7 +14,7 @@ BLOCKS = {
     "real-vllm": (18100, 18149),            # tests/integration/conftest.py: real vLLM (CPU) servers
     "demo-vllm": (18150, 18189),            # scripts/demo.py: its real vLLM server
     "health-bench": (18190, 18199),         # benchmarks/health.py: its real vLLM server
-    "simulator-tests": (19000, 19599),      # tests/integration/simulator/: the simulator's own tests
+    "simulator-tests": (19000, 19599),      # tests/unit/simulator/: the simulator's own tests
     "docs-examples": (19700, 19799),        # tests/integration/test_docs_examples.py
     "demo": (19900, 19999),                 # scripts/demo.py
     "molecule": (21000, 21499),             # molecule/*/molecule.yml, 50 per scenario

@@ -74,6 +74,8 @@ def test_redaction_is_linear_in_the_text():
     nasty = ["'api_key': " + '"' + '\\x' * 200000, "'api_key': [" * 100000, 'Authorization: ' * 100000,
              '--api-key ' * 100000, ('INFO line with nothing secret ' * 30 + '\n') * 2000]
     for text in nasty:
-        started = time.perf_counter()
+        # CPU time, not wall time: the bound is on the work (linear, not a backtracking blow-up), and a loaded
+        # machine (tests side by side) stretches the wall clock of the same work.
+        started = time.process_time()
         redact_text(text)
-        assert time.perf_counter() - started < 2.0, text[:40]
+        assert time.process_time() - started < 2.0, text[:40]

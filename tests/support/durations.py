@@ -1,0 +1,110 @@
+"""A pytest plugin: every test's time, kept in a file and ranked at the end of the run.
+
+``scripts/pytest-tier.sh`` loads it (``-p tests.support.durations``) for every pytest tier (unit,
+integration, the version tier's unit). It writes ``.cache/durations/<tier>.json`` (or the file named by
+``MODELOPS_DURATIONS``): each test's setup, call and teardown seconds, outcome and xdist worker, each
+file's total, the run's wall time and the machine's load average at its start and end (the machine is
+shared: a time means little without the load beside it). At the end it prints the slowest tests and the
+slowest files. ``MODELOPS_DURATIONS_TOP`` sets how many (default 15).
+
+Under pytest-xdist the controller writes the file (the workers send it their reports).
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+from tests.support import paths
+
+_PHASES = ('setup', 'call', 'teardown')
+
+
+def _worker(report):
+    node = getattr(report, 'node', None)
+    gateway = getattr(node, 'gateway', None)
+    return getattr(gateway, 'id', None) or 'main'
+
+
+def _nodeid(report):
+    # --dist loadgroup names an item "path::test[params]@group" (xdist's own rule: an @ after the parameters)
+    nodeid = report.nodeid
+    return nodeid[:nodeid.rfind('@')] if nodeid.rfind('@') > nodeid.rfind(']') else nodeid
+
+
+class Durations:
+    def __init__(self, config, path, tier):
+        self.config = config
+        self.path = path
+        self.tier = tier
+        self.tests = {}
+        self.started = time.time()
+        self.load_start = os.getloadavg()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report):
+        entry = self.tests.setdefault(_nodeid(report), {'setup': 0.0, 'call': 0.0, 'teardown': 0.0,
+                                                        'outcome': 'passed', 'worker': _worker(report)})
+        if report.when in _PHASES:
+            entry[report.when] += report.duration
+        if report.failed:
+            entry['outcome'] = 'failed' if report.when == 'call' else 'error'
+        elif report.skipped and entry['outcome'] == 'passed':
+            entry['outcome'] = 'skipped'
+        entry['total'] = round(entry['setup'] + entry['call'] + entry['teardown'], 3)
+
+    def files(self):
+        out = {}
+        for nodeid, entry in self.tests.items():
+            name = nodeid.split('::', 1)[0]
+            out[name] = out.get(name, 0.0) + entry['total']
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def pytest_sessionfinish(self, session):
+        wall = time.time() - self.started
+        data = {
+            'tier': self.tier,
+            'args': list(self.config.invocation_params.args),
+            'workers': getattr(self.config.option, 'numprocesses', None) or 0,
+            'started': time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(self.started)),
+            'wall_seconds': round(wall, 1),
+            'load_average_start': [round(x, 2) for x in self.load_start],
+            'load_average_end': [round(x, 2) for x in os.getloadavg()],
+            'exit_status': int(session.exitstatus),
+            'test_seconds': round(sum(e['total'] for e in self.tests.values()), 1),
+            'files': {k: round(v, 1) for k, v in self.files().items()},
+            'tests': dict(sorted(self.tests.items(), key=lambda kv: -kv[1]['total'])),
+        }
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = self.path + '.%d' % os.getpid()
+        with open(tmp, 'w', encoding='utf-8') as handle:
+            json.dump(data, handle, indent=1)
+            handle.write('\n')
+        os.replace(tmp, self.path)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        top = int(os.environ.get('MODELOPS_DURATIONS_TOP', '15'))
+        if not self.tests or top <= 0:
+            return
+        wall = time.time() - self.started
+        rep = terminalreporter
+        rep.section('durations (%s): %d tests, %.0f s of test time in %.0f s, load average %s -> %s'
+                    % (self.tier, len(self.tests), sum(e['total'] for e in self.tests.values()), wall,
+                       '/'.join('%.2f' % x for x in self.load_start),
+                       '/'.join('%.2f' % x for x in os.getloadavg())))
+        rep.write_line('slowest files:')
+        for name, seconds in list(self.files().items())[:top]:
+            rep.write_line('  %7.1f s  %s' % (seconds, name))
+        rep.write_line('slowest tests (setup + call + teardown):')
+        for nodeid, entry in sorted(self.tests.items(), key=lambda kv: -kv[1]['total'])[:top]:
+            rep.write_line('  %7.1f s  %s [%s]' % (entry['total'], nodeid, entry['worker']))
+        rep.write_line('all of them: %s' % os.path.relpath(self.path))
+
+
+def pytest_configure(config):
+    if hasattr(config, 'workerinput'):  # an xdist worker: the controller records
+        return
+    tier = os.environ.get('MODELOPS_TIER', 'pytest')
+    path = os.environ.get('MODELOPS_DURATIONS') or os.path.join(paths.REPO, '.cache', 'durations', tier + '.json')
+    config.pluginmanager.register(Durations(config, path, tier), 'modelops-durations')

@@ -1,0 +1,53 @@
+"""Which integration tests may run side by side: one table, read by tests/integration/conftest.py.
+
+The integration tier runs under pytest-xdist with ``--dist loadgroup`` (scripts/pytest-tier.sh): every test gets
+an ``xdist_group``, and a group runs whole on one worker, in file order, while other workers run other groups. A
+group is what must not run beside itself:
+
+* a test file, by default: each file owns its port block (tests/support/ports.py), its module-scoped servers and
+  its fixed addresses, and two runs of one file collide;
+* ``real-vllm``: every test marked ``vllm``, whatever its file. Real vLLM servers run one worker at a time, so the
+  harness's limit of two live servers (tests/integration/conftest.py ``MAX_LIVE_SERVERS``, counted in one
+  process) holds for the whole run, and no two heavy real-vLLM tests share the 2 cores;
+* the files below that share something more than a file (a block of ports another file scans, a daemon's port).
+
+Groups are handed out longest first (``MINUTES``: measured, a file's own time in a serial run on the project's
+2-core machine), so that the longest chain starts at once and the short ones fill in beside it; a file not in
+the table counts as a minute. Within a group, tests keep their order (class- and module-scoped servers, tests
+that stop their server last).
+"""
+
+import os
+
+REAL_VLLM = 'real-vllm'
+
+# file (under tests/integration/) -> its group, when not its own
+SHARED = {
+    # Prometheus, Alertmanager and node_exporter on tests/support/prometheus.py's block, the rulebook's webhook on
+    # tests/support/eda.py's, both taken by scanning for a free port: one stack at a time.
+    'test_prometheus.py': 'prometheus-eda',
+    'test_eda.py': 'prometheus-eda',
+    'test_hostile_eda.py': 'prometheus-eda',
+}
+
+# group -> minutes (the longest first); measured per file in a serial run (.cache/durations/integration.json)
+MINUTES = {
+    REAL_VLLM: 15.0,
+}
+
+
+def group_of(item):
+    """The xdist group of an integration test item."""
+    if item.get_closest_marker('vllm'):
+        return REAL_VLLM
+    name = os.path.basename(str(item.fspath))
+    return SHARED.get(name, os.path.splitext(name)[0])
+
+
+def order(items, groups):
+    """``items`` sorted by their group's minutes, longest first; a stable sort: each group keeps its order."""
+    rank = {}
+    for item in items:
+        group = groups[item]
+        rank.setdefault(group, (-MINUTES.get(group, 1.0), len(rank)))
+    items.sort(key=lambda item: rank[groups[item]])
