@@ -43,11 +43,13 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
     # Side by side under pytest-xdist: each test in its group (tests/support/groups.py), the longest groups first.
-    if config.pluginmanager.hasplugin("xdist") and config.getvalue("dist") == "loadgroup":
+    # Collection runs in the workers, where pytest-xdist sets the option dist to "no" and loadgroup to True
+    # (xdist.remote.setup_config).
+    if getattr(config.option, "loadgroup", False) or config.getvalue("dist") == "loadgroup":
         found = {}
         for item in items:
             found[item] = groups.group_of(item)
-            item.add_marker(pytest.mark.xdist_group(found[item]))
+            groups.tag(item, found[item])
         groups.order(items, found)
     # The tier's default per-test timeout is too short for a first install plus a start.
     if not config.pluginmanager.hasplugin("timeout"):

@@ -44,6 +44,22 @@ def group_of(item):
     return SHARED.get(name, os.path.splitext(name)[0])
 
 
+def tag(item, group):
+    """Put ``item`` in ``group`` for ``--dist loadgroup``: its node id ends in ``@group``, which is what the
+    scheduler reads. pytest-xdist 3.8 does it for an ``xdist_group`` mark by setting ``item._nodeid``, which pytest
+    9.2 no longer reads (``Node.nodeid`` is ``str(item._id)``): no test had a group, and the workers ran real vLLM
+    servers, and the tests of one file's port block, side by side. Done here for both kinds of pytest."""
+    nodeid = '%s@%s' % (item.nodeid, group)
+    if hasattr(item, '_id'):
+        from _pytest.nodes import coerce_node_id  # pylint: disable=import-outside-toplevel
+        item._id = coerce_node_id(nodeid)
+    else:
+        item._nodeid = nodeid
+    if item.nodeid != nodeid:
+        raise RuntimeError('cannot put %s in the xdist group %s: this pytest keeps its node id elsewhere'
+                           % (item.nodeid, group))
+
+
 def order(items, groups):
     """``items`` sorted by their group's minutes, longest first; a stable sort: each group keeps its order."""
     rank = {}
