@@ -258,6 +258,7 @@ def test_a_clock_stepped_forward_is_no_freeze():
     freeze = Freeze(memory, limit=DEFAULT_LIMIT, boot=BOOT)
     mono = Clock(1100.0)
     mono.sleep = clock.sleep  # one sleep moves both
+
     def sleep(seconds):
         clock.sleep(seconds)
         mono.now += seconds
