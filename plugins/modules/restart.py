@@ -201,7 +201,7 @@ memory:
     - With O(release_memory), the wait between the stop and the start. C(released) (false - vLLM was not started),
       C(available_kb) (C(MemAvailable) at its end), C(threshold_kb) (null - no threshold), C(threshold) (where the
       threshold comes from), C(seconds), C(polls), C(why), C(baseline_written) (the baseline kept for the next time),
-      C(baseline_ignored) (only when O(memory_baseline) was not trusted: the file and why).
+      C(baseline_ignored) (only when O(memory_baseline) was not trusted, the file and why).
   returned: with O(release_memory), for a method that can stop and start
   type: dict
   sample: {"released": true, "available_kb": 115343360, "threshold_kb": 103809024, "seconds": 12.1, "polls": 4,
