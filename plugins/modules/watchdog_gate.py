@@ -174,7 +174,7 @@ options:
     description:
       - With O(name), the verdict of M(modelops.vllm.health) (RV(modelops.vllm.health#module:state)).
     type: str
-    choices: [idle, busy, stuck, restarted, starting, down, sleeping, paused, up, unknown]
+    choices: [idle, busy, frozen, stuck, restarted, starting, down, sleeping, paused, up, unknown]
   reason:
     description:
       - With O(name), the verdict's reason, kept in the history.

@@ -155,8 +155,8 @@ def test_a_long_step_with_work_in_flight_is_not_stuck_and_not_restarted(deep_ser
     assert result["action"] == "none" and not result["restarted"], result
     assert not log.exists(), log.read_text()
     assert done["status"] == 200, done  # the request of the long step finished normally
-    print("long step with work in flight: the request took %.1f s; the watchdog said: %s" % (done["seconds"],
-                                                                                           result["line"]))
+    print("long step with work in flight: the request took %.1f s; the watchdog said: %s"
+          % (done["seconds"], result["line"]))
     deep_server.wait_idle(timeout=120)
     # Now the server's inter-token latency histogram holds that step (the decoding request waited it out, more
     # than 40 s): a freeze limit of 60 s is a configuration mistake the check names; the default is not.

@@ -258,9 +258,12 @@ def test_a_clock_stepped_forward_is_no_freeze():
     freeze = Freeze(memory, limit=DEFAULT_LIMIT, boot=BOOT)
     mono = Clock(1100.0)
     mono.sleep = clock.sleep  # one sleep moves both
-    result = Judge(timed(server, clock), interval=5.0, sleep=lambda s: (clock.sleep(s), setattr(mono, 'now',
-                                                                                                 mono.now + s)),
-                   clock=clock, monotonic=mono, probe_timeout=30.0, metrics_timeout=10.0, freeze=freeze).run()
+    def sleep(seconds):
+        clock.sleep(seconds)
+        mono.now += seconds
+
+    result = Judge(timed(server, clock), interval=5.0, sleep=sleep, clock=clock, monotonic=mono, probe_timeout=30.0,
+                   metrics_timeout=10.0, freeze=freeze).run()
     assert result['state'] == 'frozen' and result['frozen_for'] == pytest.approx(110.0)
 
 
