@@ -313,8 +313,8 @@ def gpu_errors(kernel, since, now=None):
     """
     if since is None or not isinstance(kernel, list):
         return []
-    return [line for line in _gpu_lines(kernel) if _finite(line.get('time')) and line['time'] >= since
-            and not _impossible(line, now)]
+    counted = [line for line in _gpu_lines(kernel) if not _impossible(line, now)]
+    return [line for line in counted if _finite(line.get('time')) and line['time'] >= since]
 
 
 def _gpu_lines(kernel):

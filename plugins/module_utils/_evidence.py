@@ -188,8 +188,8 @@ def summary(evidence):
     if 'error' in kernel:
         words.append('no kernel log (%s)' % _short(kernel['error']))
     else:
-        words.append('%d kernel line(s)%s' % (len(kernel.get('lines') or []), ' (%d ignored: a time that cannot be '
-                                                'true)' % len(kernel['ignored']) if kernel.get('ignored') else ''))
+        ignored = ' (%d ignored: a time that cannot be true)' % len(kernel['ignored']) if kernel.get('ignored') else ''
+        words.append('%d kernel line(s)%s' % (len(kernel.get('lines') or []), ignored))
     smi = evidence.get('nvidia_smi') or {}
     words.append('nvidia-smi' if 'gpus' in smi and isinstance(smi['gpus'], list) else 'no nvidia-smi')
     return ', '.join(words)

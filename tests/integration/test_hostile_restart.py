@@ -120,8 +120,8 @@ class Host(object):
     def systemctl(self):
         if not self.calls.exists():
             return []
-        return [json.loads(line)[0] for line in self.calls.read_text().splitlines() if line.strip()
-                and json.loads(line)[:1] != ['show']]
+        calls = [json.loads(line) for line in self.calls.read_text().splitlines() if line.strip()]
+        return [argv[0] for argv in calls if argv[:1] != ['show']]
 
     def tool_calls(self, name):
         path = self.tmp / ('%s.calls' % name)
@@ -332,8 +332,8 @@ def test_evidence_that_prints_300_mb_and_a_kernel_line_from_the_future_neither_s
             if marker or not decided:
                 problems.append('a traceback or no result (%s): %s' % (marker, (run.stderr or run.stdout)[-400:]))
             elif decided.get('action') != 'restart':
-                problems.append('not the restart a stuck server gets: %s: %s' % (decided.get('action'),
-                                                                                   decided.get('decision')))
+                problems.append('not the restart a stuck server gets: %s: %s'
+                                % (decided.get('action'), decided.get('decision')))
             elif 'ignored: their time cannot be true' not in decided.get('decision', ''):
                 problems.append('the decision does not say the line was ignored: %s' % decided.get('decision'))
             evidence = _evidence(decided).get('hang') or {}

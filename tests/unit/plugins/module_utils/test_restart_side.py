@@ -193,11 +193,11 @@ def test_a_kernel_line_from_the_future_never_decides_a_reboot_and_the_reason_say
 def test_the_evidence_keeps_the_impossible_lines_apart_with_why(tmp_path):
     now = time.time()
     log = tmp_path / 'kern.log'
-    log.write_text('\n'.join([text for dummy, text in future_spellings(now)]
-                             + ['%.6f spark kernel: %s' % (now - 30, XID)]) + '\n')
+    texts = [text for dummy, text in future_spellings(now)] + ['%.6f spark kernel: %s' % (now - 30, XID)]
+    log.write_text('\n'.join(texts) + '\n')
     read = _host.read_kernel_log(str(log), now=now)
-    kernel = _evidence.Collector(lambda argv, timeout: (None, '', 'not run')).kernel(str(log), since=now - 600,
-                                                                                      read=read)
+    collector = _evidence.Collector(lambda argv, timeout: (None, '', 'not run'))
+    kernel = collector.kernel(str(log), since=now - 600, read=read)
     assert [line['time'] for line in kernel['lines']] == [pytest.approx(now - 30)]
     assert len(kernel['ignored']) == len(future_spellings(now)) and all(line['ignored'] for line in kernel['ignored'])
     assert '(7 ignored: a time that cannot be true)' in _evidence.summary({'kernel': kernel})
@@ -317,4 +317,3 @@ def test_a_restart_without_a_main_pid_keeps_evidence_without_a_stack_dump_and_sa
     assert not marker.exists(), marker.read_text()  # py-spy never ran
     assert stacks['error'].startswith('no stack dump: the service manager names no main process'), stacks
     assert 'no stacks (no stack dump' in result['evidence'], result['evidence']
-
