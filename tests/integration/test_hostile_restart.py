@@ -20,7 +20,12 @@ first on ``PATH`` (small scripts written here: each logs its argv, ``systemctl s
 * class 26, evidence aimed at the wrong process: the unit names no main process (0, empty, garbage, 1) while a
   Python process listens on the URL's port: py-spy is never run, and the evidence says why.
 
-Ports: the listener that stands for the server at the URL in 127.0.0.1:29400-29499.
+And the role, through ``ansible-playbook`` (``playbooks/watchdog.yml``'s play, test_ladder.py's site: simulated
+servers, the stand-ins of ``tests/standins/``, a simulated meminfo): a stuck server whose baseline says 480 GiB on a
+128 GiB host, or is nested past the recursion limit, is stopped, started again and serves; the baseline is then
+written anew, of this host and boot.
+
+Ports: the simulator in 127.0.0.1:29400-29479, the listeners that stand for the server at the URL in 29480-29499.
 """
 
 import json
@@ -33,13 +38,17 @@ import time
 
 import pytest
 
+from tests.integration.test_ladder import Site
 from tests.support import hostile as h
+from tests.support import servers
 from tests.support.paths import COLLECTIONS
 from tests.support.ports import block
 
 GiB = 1024 * 1024  # kB
 TOTAL = 125 * GiB
-FIRST_PORT, LAST_PORT = block('hostile-restart')
+FIRST, LAST_PORT = block('hostile-restart')
+PORT_RANGE = '%d-%d' % (FIRST, FIRST + 79)
+FIRST_PORT = FIRST + 80  # the listeners
 MAX_GATE_RSS = 150 * 1000 * 1000
 
 SYSTEMCTL = r'''#!%(python)s
@@ -386,3 +395,48 @@ def test_a_unit_without_a_main_process_gets_no_stack_dump_of_what_listens_on_its
             problems.append('the evidence does not say why there is no stack dump: %s' % stacks)
     h.Violations().check(26, 'MainPID=%r while a Python process listens on the URL\'s port' % main_pid, problems)
     assert not problems, problems
+
+
+# --------------------------------------------------------------------------- classes 22, 23: the role
+
+def test_the_role_starts_a_stopped_server_again_whatever_its_baseline_holds(sim, tmp_path):
+    site = Site(sim, tmp_path)
+    cases = {
+        'gb10-bigger': baseline(available_kb=480 * GiB, total_kb=512 * GiB),  # written on a bigger host
+        'gb10-nested': '[' * 2040 + ']' * 2040,  # nested past the recursion limit, within 4 KB
+        'gb10-boot': baseline(available_kb=127 * GiB, total_kb=128 * GiB, boot_id='an-earlier-boot'),
+    }
+    made = {}
+    for name, text in cases.items():
+        made[name] = servers.create(sim, 'stuck', max_num_seqs=4, step_rate=50)
+        site.host(name, made[name])
+        state = site.hostvars[name]['vllm_watchdog_state_dir']
+        os.makedirs(state, mode=0o750)
+        with open(os.path.join(state, 'vllm.memory.json'), 'w') as handle:
+            handle.write(text)
+    site.write()  # 110 GiB of 128 GiB back after the stop
+    run = site.run()
+    violations = h.Violations()
+    for name in cases:
+        problems = []
+        marker = h.traceback_in(run.stdout, run.stderr)
+        if marker:
+            problems.append('a traceback: %s' % marker)
+        result = (run.outputs.get(name + '.json') or [{}])[0]
+        if result.get('action') != 'restarted' or result.get('after') != 'idle':
+            problems.append('not restarted and serving: %s: %s' % (result.get('action'), result.get('decision')))
+        if site.actions(name) != [['systemctl', 'stop'], ['systemctl', 'start']]:
+            problems.append('stopped and not started again: %s' % site.calls(name))
+        if sim.get(made[name]['id'])['restarts'] != 1:
+            problems.append('the server was not restarted once: %s' % sim.get(made[name]['id']))
+        with open(os.path.join(site.hostvars[name]['vllm_watchdog_state_dir'], 'vllm.memory.json')) as handle:
+            text = handle.read()
+        try:
+            written = json.loads(text)
+        except ValueError:
+            written = {}
+        if written.get('boot_id') != this_boot() or written.get('total_kb') != 128 * GiB:
+            problems.append('the baseline was not written anew, of this host and boot: %s' % text[:300])
+        violations.check(23 if name != 'gb10-nested' else 22, 'the role, a baseline %s' % name[5:], problems)
+    assert run.rc == 0, run
+    violations.assert_none()
