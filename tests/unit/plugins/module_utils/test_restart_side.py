@@ -24,7 +24,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _decide, _evi
 from ansible_collections.modelops.vllm.plugins.module_utils._service import TailBuffer, run_argv
 
 from tests.support.paths import COLLECTIONS
-from tests.unit.plugins.module_utils.test_gate import SERVING, START, item, make, served, systemd  # noqa: F401
+from tests.unit.plugins.module_utils.test_gate import (  # noqa: F401  pylint: disable=unused-import
+    SERVING, START, item, make, served, systemd)
 
 GiB = 1024 * 1024  # kB
 NOW = 1796004614.0
