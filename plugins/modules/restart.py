@@ -350,10 +350,10 @@ def main():
                                             for r in more)), secrets),
                              commands=redact(records + more, secrets), ready=None, changed=True)
         if not memory['released']:
-            module.fail_json(msg='the memory did not come back after vLLM stopped: %s (%s; the threshold: %s). vLLM '
-                                 'is NOT started (it would start into memory the host does not have); it stays stopped'
-                             % (memory['why'], p['meminfo'], memory['threshold']), commands=redact(records, secrets),
-                             ready=None, changed=True, memory=memory)
+            module.fail_json(msg='the memory did not come back after vLLM stopped: %s. vLLM is NOT started (it would '
+                                 'start into memory the host does not have); it stays stopped (read from %s; the '
+                                 'threshold: %s)' % (memory['why'], p['meminfo'], memory['threshold']),
+                             commands=redact(records, secrets), ready=None, changed=True, memory=memory)
         more, failed = run_commands(run, split[1])
         records += more
     else:
