@@ -24,6 +24,7 @@ __metaclass__ = type
 import errno
 import ipaddress
 import json
+import math
 import os
 import re
 import socket
@@ -191,7 +192,7 @@ def impossible_time(when, now, boot):
     or none)."""
     if when is None:
         return None
-    if when != when or when in (float('inf'), float('-inf')):
+    if not math.isfinite(when):
         return 'its time is not a number'
     if now is not None and when > now + KERNEL_SKEW:
         return 'its time %s is in the future' % _utc(when)
@@ -516,7 +517,7 @@ BASELINE_SKEW = 60.0
 
 def _kb(value):
     """A kB count as a baseline holds it (a positive finite number below 1 PiB), or None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return value if 0 < value < 2 ** 40 else None
 
@@ -559,7 +560,7 @@ def baseline_problem(baseline, total_kb, boot_id, host, now):
         return 'it was written in another boot of the host (boot id %s, now %s)' % (
             str(baseline.get('boot_id'))[:40], boot_id)
     at = baseline.get('at')
-    if isinstance(at, bool) or not isinstance(at, (int, float)) or at != at or at <= 0:
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or at <= 0:
         return 'it has no time'
     if at > now + BASELINE_SKEW:
         return 'its time %s is in the future' % time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(min(at, 2 ** 35)))

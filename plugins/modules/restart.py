@@ -212,6 +212,14 @@ memory:
       description: Whether C(MemAvailable) came back above the threshold in time; V(false) - vLLM was not started.
       returned: always
       type: bool
+    baseline_ignored:
+      description:
+        - The O(memory_baseline) file that was not trusted, and why (garbage, more than this host has, another host,
+          size or boot, the future). It gave no threshold, and vLLM was started.
+      returned: when O(memory_baseline) exists and was not trusted
+      type: str
+      sample: "/var/lib/modelops-vllm/watchdog/vllm.memory.json: it says 480.0 GiB were available, more than this host
+        has (MemTotal 125.0 GiB)"
 '''
 
 import json
