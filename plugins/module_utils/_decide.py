@@ -34,7 +34,8 @@ default); then a human. Every step is recorded in the history (``last_step``, th
 
 It fails closed: settings that are not finite numbers in range are refused
 (``invalid_settings``); a history that cannot be read is a human's problem,
-never a fresh budget (``load_history``); start and restart times in the future
+never a fresh budget (``load_history``); start and restart times in the future,
+and kernel lines whose time cannot be true (in the future, before the boot),
 are ignored, and the reason says so; a restart that failed keeps failing the
 host until the server is healthy again or a human clears it.
 """
@@ -302,17 +303,42 @@ def url_evidence(proof, history, url, now):
     return service_evidence('down', {'running': True}, proof, history, url, now)
 
 
-def gpu_errors(kernel, since):
+def gpu_errors(kernel, since, now=None):
     """The kernel's lines since ``since`` that say the GPU is not healthy (an NVIDIA Xid, NV_ERR_NO_MEMORY).
 
     ``since`` is when vLLM was first seen healthy after its latest start (else its start plus the start-up
     grace): NV_ERR_NO_MEMORY lines also appear while a healthy vLLM starts on a DGX Spark (vllm#56824), so
-    a line of the start-up is never a reason. Lines without a time are never counted.
+    a line of the start-up is never a reason. Lines without a time are never counted, nor lines whose time cannot
+    be true (``impossible_gpu_lines``: in the future of ``now``, or marked ``ignored`` by the reader, before the boot).
     """
     if since is None or not isinstance(kernel, list):
         return []
-    gpu = [line for line in kernel if isinstance(line, dict) and line.get('kind') in GPU_KINDS]
-    return [line for line in gpu if _finite(line.get('time')) and line['time'] >= since]
+    counted = [line for line in _gpu_lines(kernel) if not _impossible(line, now)]
+    return [line for line in counted if _finite(line.get('time')) and line['time'] >= since]
+
+
+def _gpu_lines(kernel):
+    return [line for line in kernel if isinstance(line, dict) and line.get('kind') in GPU_KINDS] \
+        if isinstance(kernel, list) else []
+
+
+def _impossible(line, now):
+    """Why a kernel line's time cannot be true, or None."""
+    if line.get('ignored'):
+        return str(line['ignored'])[:200]
+    if now is not None and _finite(line.get('time')) and line['time'] > now + SKEW:
+        return 'its time is in the future'
+    return None
+
+
+def impossible_gpu_lines(kernel, now):
+    """The GPU lines of the kernel's log whose time cannot be true: [(line, why)]."""
+    out = []
+    for line in _gpu_lines(kernel):
+        why = _impossible(line, now)
+        if why:
+            out.append((line, why))
+    return out
 
 
 def healthy_since(history, started_at, grace):
@@ -516,7 +542,11 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     if last_restart is not None and now - last_restart < grace:
         return result(NONE, '%s, but it was restarted %s ago, within the start-up grace of %s'
                       % (state, duration(max(0.0, now - last_restart)), duration(grace)))
-    errors = gpu_errors(kernel, healthy_at)
+    impossible = impossible_gpu_lines(kernel, now)
+    if impossible:
+        notes.append('%d GPU line(s) of the kernel log were ignored: their time cannot be true (%s)'
+                     % (len(impossible), impossible[-1][1]))
+    errors = gpu_errors(kernel, healthy_at, now)
     if errors:
         out['gpu_errors'] = errors[-5:]
         return _escalate('%s, and the kernel log shows %d GPU error(s) since vLLM was last seen healthy (the last: '

@@ -132,11 +132,17 @@ class Collector(object):
         if 'error' in log:
             return log
         out = dict(log)
-        lines = log.get('lines') or []
+        lines = [line for line in log.get('lines') or [] if isinstance(line, dict)]
+        # A line whose time cannot be true (in the future, before the boot) is no line "since vLLM started": kept
+        # apart, with why, for a human.
+        ignored = [line for line in lines if line.get('ignored')]
+        lines = [line for line in lines if not line.get('ignored')]
         if since is not None:
             out['since'] = since
             lines = [line for line in lines if line.get('time') is None or line['time'] >= since]
         out['lines'] = lines
+        if ignored:
+            out['ignored'] = ignored[-20:]
         return out
 
     def nvidia_smi(self, binary):
@@ -182,7 +188,8 @@ def summary(evidence):
     if 'error' in kernel:
         words.append('no kernel log (%s)' % _short(kernel['error']))
     else:
-        words.append('%d kernel line(s)' % len(kernel.get('lines') or []))
+        ignored = ' (%d ignored: a time that cannot be true)' % len(kernel['ignored']) if kernel.get('ignored') else ''
+        words.append('%d kernel line(s)%s' % (len(kernel.get('lines') or []), ignored))
     smi = evidence.get('nvidia_smi') or {}
     words.append('nvidia-smi' if 'gpus' in smi and isinstance(smi['gpus'], list) else 'no nvidia-smi')
     return ', '.join(words)

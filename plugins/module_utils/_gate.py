@@ -165,22 +165,36 @@ class Gate(object):
         return self._kernel
 
     def processes(self, item, service):
-        """(main pid, the service's processes, how they were found): from the service manager's main process, else
-        (a command method) the processes that listen on the URL's port on this host."""
+        """(main pid, the service's processes, how they were found, or why none are read). Only processes proven to be
+        the service's are read (a stack dump pauses the process it reads): the tree of the main process the service
+        manager names (systemd's MainPID, the container's pid). Without one, none; for the ``command`` method, which
+        names no process, the processes that listen on the URL's port only when the inventory says that the URL is
+        the service (``assume_url_is_service``)."""
         pid = service.get('main_pid')
+        method = lookup(item['restart_method'])
         if pid:
-            method = lookup(item['restart_method'])
             how = method.main_pid if method is not None and method.main_pid else '?'
             return pid, _host.tree(pid), how
+        if method is None or method.main_pid is not None:
+            return None, [], ('none: the service manager names no main process of %s (%s), and only processes proven to '
+                              'be the service\'s are read; what listens on the URL\'s port is no proof'
+                              % (target(item['restart_method'], item.get('service'), item.get('compose_project_dir')),
+                                 'it does not run' if service.get('running') is False else 'its main process is 0'
+                                 if service else 'not asked'))
+        if not item.get('assume_url_is_service'):
+            return None, [], ('none: the %s method names no process of what it restarts, and the inventory does not '
+                              'say that the URL is the service (vllm_watchdog_assume_url_is_service)'
+                              % item['restart_method'])
         host, port = _host.url_endpoint(item.get('url'))
         if not port:
-            return None, [], 'the URL names no port'
+            return None, [], 'none: the URL names no port'
         listening = _host.listener_pids(port, _host.addresses_of(host))
         roots = [p for p in listening if (_host.proc_stat(p) or (0, ''))[0] not in listening]
         pids = []
         for root in roots[:4]:
             pids.extend(p for p in _host.tree(root) if p not in pids)
-        return None, pids, 'the processes that listen on the URL\'s port %s' % port
+        return None, pids, ('the processes that listen on the URL\'s port %s, which the inventory says is the service '
+                            '(vllm_watchdog_assume_url_is_service)' % port)
 
     def url_proof(self, item, service):
         """What shows (or not) that what a restart acts on (the unit, the container) serves the URL: the service's
@@ -351,6 +365,9 @@ class Gate(object):
             logs = (stdout + stderr).splitlines()[-self.p['log_lines']:]
         # The hang itself, before anything is restarted: the stacks of vLLM's processes, the memory, the kernel's
         # lines since vLLM started, nvidia-smi (docs/gb10.md: what to attach to a vLLM bug report).
+        if not out['service'] and item.get('restart_method'):
+            # Asked now for an instance a human is to look at (unknown runs in a row): what the service manager says.
+            out['service'] = self.service_of(item, out['state'], always=True)
         dummy, pids, how = self.processes(item, out['service'] or {})
         started = [t for t in (parse_started_at((out['service'] or {}).get('started_at')),
                                parse_started_at(out['verdict'].get('process_start_time'))) if t is not None]
@@ -358,9 +375,9 @@ class Gate(object):
                                   pids, self.p, since=max(started) if started else None, kernel=self.kernel()
                                   if self.p['kernel_log'] else None)
         found['processes_found_by'] = how
-        if not out['service'] and item.get('restart_method'):
-            # Asked now for an instance a human is to look at (unknown runs in a row): what the service manager says.
-            out['service'] = self.service_of(item, out['state'], always=True)
+        if how.startswith('none: ') and found['stacks'].get('tool') and not found['stacks'].get('processes'):
+            # Said where a human reads it: why there is no stack dump.
+            found['stacks']['error'] = 'no stack dump: %s' % how[len('none: '):]
         evidence = {
             'host': os.uname()[1], 'instance': out['name'], 'url': item.get('url') or out['verdict'].get('url'),
             'restart_method': item['restart_method'], 'verdict': verdict, 'service': out['service'],

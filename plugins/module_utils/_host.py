@@ -23,6 +23,8 @@ __metaclass__ = type
 
 import errno
 import ipaddress
+import json
+import math
 import os
 import re
 import socket
@@ -31,6 +33,7 @@ import time
 
 from urllib.parse import urlsplit
 
+from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import parse_started_at
 
 MEMINFO = '/proc/meminfo'
@@ -180,8 +183,35 @@ def boot_epoch(now=None):
     return now - since_boot
 
 
-def kernel_matches(lines, boot=None):
-    """The lines that match KERNEL_PATTERNS, newest last, each {'time', 'kind', 'line'} (bounded count and length)."""
+# Seconds a kernel line's time may lie ahead of this host's clock, or before its boot, and still be believed.
+KERNEL_SKEW = 60.0
+
+
+def impossible_time(when, now, boot):
+    """Why a kernel line's time cannot be true (in the future, before this host booted), or None (a time that can be,
+    or none)."""
+    if when is None:
+        return None
+    if not math.isfinite(when):
+        return 'its time is not a number'
+    if now is not None and when > now + KERNEL_SKEW:
+        return 'its time %s is in the future' % _utc(when)
+    if boot is not None and when < boot - KERNEL_SKEW:
+        return 'its time %s is before this host booted (%s)' % (_utc(when), _utc(boot))
+    return None
+
+
+def _utc(epoch):
+    try:
+        return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(epoch))
+    except (OverflowError, OSError, ValueError):
+        return '%.0f' % epoch
+
+
+def kernel_matches(lines, boot=None, now=None):
+    """The lines that match KERNEL_PATTERNS, newest last, each {'time', 'kind', 'line'} (bounded count and length).
+    A line whose time cannot be true (``impossible_time`` against ``now`` and ``boot``) carries ``ignored``, the
+    reason: it is kept for a human, and never counted by a decision."""
     out = []
     for line in lines:
         if not line or line.startswith(' '):  # a /dev/kmsg record's KEY=value continuation
@@ -189,7 +219,11 @@ def kernel_matches(lines, boot=None):
         when, text = parse_kernel_line(line, boot)
         for kind, pattern in KERNEL_PATTERNS:
             if pattern.search(text):
-                out.append({'time': when, 'kind': kind, 'line': text[:MAX_LINE]})
+                match = {'time': when, 'kind': kind, 'line': text[:MAX_LINE]}
+                why = impossible_time(when, now, boot)
+                if why:
+                    match['ignored'] = why
+                out.append(match)
                 break
     return out[-MAX_KERNEL_LINES:]
 
@@ -247,7 +281,7 @@ def read_kernel_log(path=KMSG, limit=MAX_KERNEL_BYTES, timeout=10.0, now=None):
     if lines is None:
         out['error'] = note
         return out
-    out['lines'] = kernel_matches(lines, boot_epoch(now))
+    out['lines'] = kernel_matches(lines, boot_epoch(now), now)
     out['read_lines'] = len(lines)
     if note:
         out['note'] = note
@@ -473,17 +507,101 @@ MEMORY_LIMITS = {
 }
 
 
-def memory_threshold(explicit_mib, fraction, baseline):
+# A memory baseline file larger than this is not one the restart module wrote.
+MAX_BASELINE = 4096
+# MemTotal may differ this much between two boots of one host (firmware, kernel) and still be the same memory.
+TOTAL_SLACK = 0.02
+# Seconds a baseline's time may lie ahead of this host's clock.
+BASELINE_SKEW = 60.0
+
+
+def _kb(value):
+    """A kB count as a baseline holds it (a positive finite number below 1 PiB), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value if 0 < value < 2 ** 40 else None
+
+
+def parse_baseline(text):
+    """The memory baseline file's text as a dict, or (None, why): garbage, deep nesting, a list, ... never raise."""
+    if text is None:
+        return None, None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, 'it is empty' if not text.strip() else 'it is not JSON'
+    if not isinstance(data, dict):
+        return None, 'it is not a JSON object'
+    return data, None
+
+
+def baseline_problem(baseline, total_kb, boot_id, host, now):
+    """Why a memory baseline ({'available_kb', 'total_kb', 'boot_id', 'host', 'at'}, as ``baseline_record`` writes
+    it) cannot be trusted on this host now (its MemTotal ``total_kb``, its ``boot_id`` and name ``host``), or None.
+    A baseline is what this host had available before a start of vLLM in this boot; one that is more than this host
+    has, of another host, of another boot, from the future, or written without saying where, is not."""
+    available = _kb(baseline.get('available_kb'))
+    if available is None:
+        return 'its available_kb is not a positive number of kB'
+    if _kb(total_kb) is None:
+        return 'this host\'s MemTotal cannot be read, so nothing shows that the baseline fits it'
+    if available > total_kb:
+        return 'it says %s were available, more than this host has (MemTotal %s)' % (gib(available), gib(total_kb))
+    written_total = _kb(baseline.get('total_kb'))
+    if written_total is None:
+        return 'it does not say how much memory its host had (written by an older version, or by hand)'
+    if abs(written_total - total_kb) > TOTAL_SLACK * total_kb:
+        return 'it was written on a host with %s (MemTotal), this one has %s' % (gib(written_total), gib(total_kb))
+    if host and baseline.get('host') != host:
+        return 'it was written on another host (%s, this is %s)' % (str(baseline.get('host'))[:64], host)
+    if not boot_id:
+        return 'this host\'s boot id cannot be read, so nothing shows that the baseline is of this boot'
+    if baseline.get('boot_id') != boot_id:
+        return 'it was written in another boot of the host (boot id %s, now %s)' % (
+            str(baseline.get('boot_id'))[:40], boot_id)
+    at = baseline.get('at')
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or at <= 0:
+        return 'it has no time'
+    if at > now + BASELINE_SKEW:
+        return 'its time %s is in the future' % time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(min(at, 2 ** 35)))
+    return None
+
+
+def read_baseline(path, total_kb, boot_id, host, now):
+    """(baseline or None, why not trusted or None). No file: (None, None). Never raises."""
+    if not path:
+        return None, None
+    try:
+        text = statedir.read_text(path, MAX_BASELINE)
+    except (statedir.StateError, OSError) as exc:
+        return None, str(exc)
+    baseline, why = parse_baseline(text)
+    if baseline is None:
+        return None, why
+    why = baseline_problem(baseline, total_kb, boot_id, host, now)
+    return (None, why) if why else (baseline, None)
+
+
+def baseline_record(available_kb, total_kb, boot_id, host, now):
+    """What the restart module keeps after a start that came up ready (``read_baseline`` reads it back)."""
+    return {'available_kb': available_kb, 'total_kb': total_kb, 'boot_id': boot_id, 'host': host, 'at': round(now, 3)}
+
+
+def memory_threshold(explicit_mib, fraction, baseline, distrust=None, path=None):
     """(kB or None, words): what MemAvailable must be back to before vLLM starts again.
 
     ``explicit_mib`` (a setting, MiB) when above 0; else ``fraction`` of ``baseline`` (what the host had
-    available just before the last start of vLLM that came up healthy, {'available_kb', 'at'}); else none."""
+    available just before the last start of vLLM that came up healthy, {'available_kb', ...}); else none.
+    ``distrust``: why the baseline file ``path`` was not trusted (the words say so: no threshold, vLLM starts)."""
     if isinstance(explicit_mib, (int, float)) and explicit_mib > 0:
         return int(explicit_mib * 1024), 'vllm_watchdog_memory_threshold, %s' % gib(explicit_mib * 1024)
-    kb = baseline.get('available_kb') if isinstance(baseline, dict) else None
-    if isinstance(kb, (int, float)) and not isinstance(kb, bool) and 0 < kb < 2 ** 50:
-        return int(kb * fraction), '%d%% of the %s available before the last start that came up healthy' % (
-            round(fraction * 100), gib(kb))
+    kb = _kb(baseline.get('available_kb')) if isinstance(baseline, dict) else None
+    if kb is not None:
+        return int(kb * fraction), '%d%% of the %s available before the last start that came up healthy%s' % (
+            round(fraction * 100), gib(kb), ' (%s)' % path if path else '')
+    if distrust:
+        return None, 'no threshold: the memory baseline %s is not trusted (%s), so vLLM is started without a ' \
+                     'wait; the next start that comes up healthy writes a new one' % (path or '?', distrust)
     return None, 'no threshold: no restart by the watchdog has come up healthy yet to learn from, and ' \
                  'vllm_watchdog_memory_threshold is not set'
 

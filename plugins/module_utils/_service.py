@@ -33,8 +33,10 @@ __metaclass__ = type
 
 import json
 import os
+import selectors
 import signal
 import subprocess
+import time
 
 # Output kept of a command: its last characters.
 MAX_OUTPUT = 4000
@@ -428,24 +430,81 @@ def service_status(run, method, service=None, compose_project_dir=None, command=
 
 
 def run_argv(argv, timeout=60, env=None, keep=MAX_OUTPUT):
-    """Run one command: (rc, stdout, stderr), the outputs cut to their last ``keep`` characters.
+    """Run one command: (rc, stdout, stderr), the outputs cut to their last ``keep`` bytes.
     rc is None when it could not run (not found, or still running after ``timeout`` seconds). A command still
     running then is killed with every process it started (it runs in a process group of its own), so a restart
-    script that hangs in a child leaves nothing behind and never holds the run past ``timeout``."""
+    script that hangs in a child leaves nothing behind and never holds the run past ``timeout``.
+
+    The outputs are read as they come and only their tails are kept while reading (``TailBuffer``): a tool that
+    prints 300 MB (a stack dumper gone wrong, nvidia-smi in a loop) costs this process ``keep`` bytes, not 300 MB."""
     # Not AnsibleModule.run_command: it has no timeout, and a hung systemctl or docker must not hold the gate's lock.
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,  # pylint: disable=ansible-bad-function
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
     except (OSError, ValueError) as exc:
         return None, '', '%s: %s' % (type(exc).__name__, exc)
+    deadline = time.monotonic() + max(0.0, float(timeout))
+    tails = {proc.stdout: TailBuffer(keep), proc.stderr: TailBuffer(keep)}
+    if not _drain(tails, deadline):
+        _kill_group(proc)
+        return None, '', 'still running after %s s (stopped)' % timeout
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
+        proc.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         return None, '', 'still running after %s s (stopped)' % timeout
-    out = stdout[-keep:].decode('utf-8', 'replace')
-    err = stderr[-keep:].decode('utf-8', 'replace')
-    return proc.returncode, out, err
+    for stream in tails:
+        stream.close()
+    return proc.returncode, tails[proc.stdout].text(), tails[proc.stderr].text()
+
+
+class TailBuffer(object):
+    """The last ``keep`` bytes of a stream, kept while it is read: never more than about twice ``keep`` (and one
+    read's chunk) in memory, whatever the stream's length. ``seen`` counts every byte read."""
+
+    __slots__ = ('keep', 'data', 'seen')
+
+    def __init__(self, keep):
+        self.keep = max(0, int(keep))
+        self.data = bytearray()
+        self.seen = 0
+
+    def add(self, chunk):
+        self.seen += len(chunk)
+        self.data += chunk
+        if len(self.data) > 2 * self.keep + _CHUNK:
+            del self.data[:len(self.data) - self.keep]
+
+    def tail(self):
+        return bytes(self.data[len(self.data) - self.keep:]) if self.keep else b''
+
+    def text(self):
+        return self.tail().decode('utf-8', 'replace')
+
+
+_CHUNK = 65536
+
+
+def _drain(tails, deadline):
+    """Read the pipes of ``tails`` ({stream: TailBuffer}) to their end: True, or False when ``deadline`` (the monotonic
+    clock) came first."""
+    selector = selectors.DefaultSelector()
+    try:
+        for stream in tails:
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            for key, dummy in selector.select(min(left, 1.0)):
+                chunk = os.read(key.fileobj.fileno(), _CHUNK)
+                if chunk:
+                    tails[key.fileobj].add(chunk)
+                else:
+                    selector.unregister(key.fileobj)
+        return True
+    finally:
+        selector.close()
 
 
 def _kill_group(proc):

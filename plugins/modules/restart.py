@@ -31,6 +31,12 @@ description:
     O(memory_timeout) seconds. Memory that does not come back means vLLM is not started (it stays stopped) and the task
     fails with RV(memory.released=false), and the watchdog then takes its next step (a host reboot, or a human). The
     V(command) method has a single command, so there is no wait between its stop and its start.
+  - Nothing after a stop leaves the server down without a word. A baseline that cannot be trusted (not JSON, nested
+    past reason, more memory than this host's C(MemTotal), written on a host of another size, another host or another
+    boot, from the future) is no threshold, and vLLM is started (RV(memory.baseline_ignored) names the file and why).
+    A memory wait that fails in a way it did not expect starts vLLM too. A stop that fails is followed by the start
+    (a service that still runs is not changed by it) and the task fails. The one case where vLLM stays stopped is memory
+    that did not come back, and the message says so, naming the threshold and where it came from.
 author:
   - modelops.vllm maintainers (@modelops)
 extends_documentation_fragment:
@@ -144,7 +150,9 @@ options:
   memory_baseline:
     description:
       - A file (in the watchdog's state directory) with what the host had available just before the last start that
-        came up healthy (C({"available_kb", "at"})). Read for the threshold; rewritten after a start that came up ready.
+        came up healthy (C({"available_kb", "total_kb", "boot_id", "host", "at"})). Read for the threshold; rewritten
+        after a start that came up ready. Trusted only when it was written on this host, in this boot, for as much
+        memory as this host has (C(MemTotal) in O(meminfo)), and says no more was available than that.
     type: path
 '''
 
@@ -192,7 +200,8 @@ memory:
   description:
     - With O(release_memory), the wait between the stop and the start. C(released) (false - vLLM was not started),
       C(available_kb) (C(MemAvailable) at its end), C(threshold_kb) (null - no threshold), C(threshold) (where the
-      threshold comes from), C(seconds), C(polls), C(why), C(baseline_written) (the baseline kept for the next time).
+      threshold comes from), C(seconds), C(polls), C(why), C(baseline_written) (the baseline kept for the next time),
+      C(baseline_ignored) (only when O(memory_baseline) was not trusted, the file and why).
   returned: with O(release_memory), for a method that can stop and start
   type: dict
   sample: {"released": true, "available_kb": 115343360, "threshold_kb": 103809024, "seconds": 12.1, "polls": 4,
@@ -203,6 +212,14 @@ memory:
       description: Whether C(MemAvailable) came back above the threshold in time; V(false) - vLLM was not started.
       returned: always
       type: bool
+    baseline_ignored:
+      description:
+        - The O(memory_baseline) file that was not trusted, and why (garbage, more than this host has, another host,
+          size or boot, the future). It gave no threshold, and vLLM was started.
+      returned: when O(memory_baseline) exists and was not trusted
+      type: str
+      sample: "/var/lib/modelops-vllm/watchdog/vllm.memory.json: it says 480.0 GiB were available, more than this host
+        has (MemTotal 125.0 GiB)"
 '''
 
 import json
@@ -319,7 +336,9 @@ def main():
     memory = None
     if split:
         records, failed = run_commands(run, split[0])
-        still = None if failed else still_answers(client, before)
+        still = None
+        if not failed:
+            still, memory = after_stop(p, client, before)
         if still:
             # What was stopped is not the server at the URL: started again as it was, and the restart failed.
             more, dummy = run_commands(run, split[1])
@@ -328,15 +347,23 @@ def main():
                                         % ('; '.join(' '.join(r['argv']) for r in records), p['url'], still,
                                            '; '.join(' '.join(r['argv']) for r in more)), secrets),
                              commands=redact(records + more, secrets), ready=None, changed=True)
-        if not failed:
-            memory = wait_for_memory(p)
-            if not memory['released']:
-                module.fail_json(msg='the memory did not come back after vLLM stopped: %s. vLLM is NOT started (it '
-                                     'would start into memory the host does not have); it stays stopped'
-                                 % memory['why'], commands=redact(records, secrets), ready=None, changed=True,
-                                 memory=memory)
-            more, failed = run_commands(run, split[1])
-            records += more
+        if failed:
+            # A stop that failed (or timed out) may have stopped the server half-way: started again (a start of a
+            # service that runs is no change), and the restart failed.
+            more, dummy = run_commands(run, split[1])
+            module.fail_json(msg=redact('the restart failed: %s; the start was run anyway, so that a server the stop '
+                                        'left half-stopped is not left down: %s'
+                                        % (describe_failure(failed), '; '.join(
+                                            describe_failure(r) if r['rc'] != 0 else ' '.join(r['argv']) + ' exited 0'
+                                            for r in more)), secrets),
+                             commands=redact(records + more, secrets), ready=None, changed=True)
+        if not memory['released']:
+            module.fail_json(msg='the memory did not come back after vLLM stopped: %s. vLLM is NOT started (it would '
+                                 'start into memory the host does not have); it stays stopped (read from %s; the '
+                                 'threshold: %s)' % (memory['why'], p['meminfo'], memory['threshold']),
+                             commands=redact(records, secrets), ready=None, changed=True, memory=memory)
+        more, failed = run_commands(run, split[1])
+        records += more
     else:
         records, failed = run_commands(run, commands)
     records = redact(records, secrets)
@@ -358,25 +385,44 @@ def main():
     module.exit_json(**result)
 
 
-def read_baseline(path):
-    """{'available_kb', 'at'} kept after the last start that came up healthy, or None."""
-    if not path:
-        return None
-    try:
-        data = json.loads(statedir.read_text(path, 4096) or 'null')
-    except (statedir.StateError, OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def this_host(p):
+    """(MemTotal in kB or None, boot id or None, host name) of the host the module runs on."""
+    info, dummy = _host.read_meminfo(p['meminfo'])
+    return (info or {}).get('MemTotal'), _host.read_boot_id(), os.uname()[1]
 
 
 def wait_for_memory(p):
-    """Wait until MemAvailable is back (see _host.wait_memory); the result says against what."""
-    threshold_kb, source = _host.memory_threshold(p['memory_threshold'], p['memory_fraction'],
-                                                  read_baseline(p['memory_baseline']))
+    """Wait until MemAvailable is back (see _host.wait_memory); the result says against what. A baseline that cannot
+    be trusted here (garbage, more than this host has, of another host or boot) is no threshold: vLLM is started."""
+    total_kb, boot_id, host = this_host(p)
+    baseline, distrust = _host.read_baseline(p['memory_baseline'], total_kb, boot_id, host, time.time())
+    threshold_kb, source = _host.memory_threshold(p['memory_threshold'], p['memory_fraction'], baseline, distrust,
+                                                  p['memory_baseline'])
     memory = _host.wait_memory(lambda: _host.mem_available_kb(p['meminfo']), threshold_kb, p['memory_timeout'],
                                p['memory_delay'])
     memory.update(threshold_kb=threshold_kb, threshold=source, baseline_written=False)
+    if distrust:
+        memory['baseline_ignored'] = '%s: %s' % (p['memory_baseline'], distrust)
     return memory
+
+
+def after_stop(p, client, before):
+    """What follows a stop that returned, before the start: (how the process from before still answers or None, the
+    memory wait). Never raises: whatever goes wrong here, vLLM is started (a stopped server is the worst outcome),
+    and the memory wait says what went wrong."""
+    try:
+        still = still_answers(client, before)
+    except Exception:  # pylint: disable=broad-except
+        still = None  # nothing shows that it still answers: the stop is taken as done
+    if still:
+        return still, None
+    try:
+        return None, wait_for_memory(p)
+    except Exception as exc:  # pylint: disable=broad-except
+        return None, {'released': True, 'available_kb': None, 'threshold_kb': None, 'seconds': None, 'polls': 0,
+                      'threshold': 'none', 'baseline_written': False,
+                      'why': 'the wait for the memory failed (%s: %s), so vLLM is started without it rather than left '
+                             'stopped' % (type(exc).__name__, str(exc)[:200])}
 
 
 def keep_baseline(p, memory, ready):
@@ -384,10 +430,11 @@ def keep_baseline(p, memory, ready):
     if not p['memory_baseline'] or memory.get('available_kb') is None or not (ready or {}).get('ok'):
         return False
     try:
-        statedir.write_text(p['memory_baseline'], json.dumps({'available_kb': memory['available_kb'],
-                                                              'at': round(time.time(), 3)}) + '\n')
-    except (statedir.StateError, OSError):
-        return False
+        total_kb, boot_id, host = this_host(p)
+        record = _host.baseline_record(memory['available_kb'], total_kb, boot_id, host, time.time())
+        statedir.write_text(p['memory_baseline'], json.dumps(record) + '\n')
+    except Exception:  # pylint: disable=broad-except
+        return False  # bookkeeping after a start that worked: never a failure of the restart
     return True
 
 

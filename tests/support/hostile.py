@@ -711,6 +711,11 @@ CLASSES = {
     19: 'the EDA event source',
     20: 'a restart command that hangs',
     21: 'a pause answer that is no proof of a pause',
+    22: 'a restart that stops and then fails',
+    23: 'a memory baseline that does not fit the host',
+    24: 'evidence that swells the gate',
+    25: 'a kernel line whose time cannot be true',
+    26: 'evidence aimed at the wrong process',
 }
 
 

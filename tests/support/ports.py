@@ -42,6 +42,7 @@ BLOCKS = {
     "ladder": (28600, 28799),               # tests/integration/test_ladder.py: its simulator
     "local": (28800, 28899),                # tests/integration/test_local.py: its simulator
     "mistakes": (29000, 29399),             # tests/integration/test_watchdog_mistakes.py: its two simulators
+    "hostile-restart": (29400, 29499),      # tests/integration/test_hostile_restart.py: its listeners
 }
 
 
