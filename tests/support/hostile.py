@@ -711,6 +711,8 @@ CLASSES = {
     19: 'the EDA event source',
     20: 'a restart command that hangs',
     21: 'a pause answer that is no proof of a pause',
+    28: 'names and messages reach the terminal raw',
+    29: 'an alert\'s host is still a pattern past the event source',
 }
 
 
