@@ -32,11 +32,14 @@ _SUSPECT = re.compile(r'[^\x20-\x7e]')
 # In a name, anything but printable ASCII other than the space is escaped.
 _NOT_NAME = re.compile(r'[^\x21-\x7e]')
 # The categories of the characters escaped in any text: controls (C0, DEL, C1), format characters (zero-width
-# space and joiners, byte order mark, the bidirectional controls, the soft hyphen), surrogates (bytes that were not
-# UTF-8, decoded with surrogateescape), and the line and paragraph separators.
-_HIDDEN = frozenset(('Cc', 'Cf', 'Cs', 'Zl', 'Zp'))
-# The colour sequences Ansible itself writes (SGR: ESC [ digits and semicolons m), kept by escape(colors=True).
-_SGR = re.compile(r'(\x1b\[[0-9;]*m)')
+# space and joiners, byte order mark, the bidirectional controls, the soft hyphen, the tag characters), surrogates
+# (bytes that were not UTF-8, decoded with surrogateescape), the line and paragraph separators, and code points
+# Unicode has not assigned (this Python's tables: a later version may have made them format characters).
+_HIDDEN = frozenset(('Cc', 'Cf', 'Cs', 'Zl', 'Zp', 'Cn'))
+# Letters and symbols that print as blank space, not in those categories: the Hangul fillers, the braille blank.
+_BLANK = frozenset('\u115f\u1160\u3164\uffa0\u2800')
+# A colour sequence (SGR: ESC [ digits and semicolons m); escape() keeps those whose parameters it is given.
+_SGR = re.compile(r'(\x1b\[([0-9;]*)m)')
 _SHORT = {'\n': '\\n', '\r': '\\r', '\t': '\\t'}
 
 # Letters of other scripts that look like Latin letters (Cyrillic, Greek, a few Latin variants): what as_read
@@ -61,8 +64,9 @@ def _code(char):
 
 
 def hidden(char):
-    """Whether a terminal acts on ``char`` or shows nothing of it (a control, format or separator character)."""
-    return unicodedata.category(char) in _HIDDEN
+    """Whether a terminal acts on ``char`` or shows nothing of it (a control, format or separator character, a
+    blank letter, a code point not assigned)."""
+    return unicodedata.category(char) in _HIDDEN or char in _BLANK
 
 
 def _escape_part(text, keep):
@@ -72,18 +76,25 @@ def _escape_part(text, keep):
     return _SUSPECT.sub(replace, text)
 
 
-def escape(text, keep=KEEP, colors=False):
+def escape(text, keep=KEEP, colors=()):
     """``text`` with every control, format and separator character written as an escape (``\\x1b``, ``\\r``,
     ``\\u200b``, ``\\U000e0041``); the characters of ``keep`` (a line break and a tab) stay. A CR LF is a line break.
-    With ``colors``, Ansible's own colour sequences (ESC [ ... m) stay too: only for text whose every other part was
-    escaped before the colours were added."""
+    Not a str: its ``str()``. ``colors``: the SGR parameters (``'0;31'``, ``'0'``) of the colour sequences
+    (``ESC [ 0;31 m``) that stay as they are, Ansible's own; any other sequence (``ESC [ 8m`` hides what follows)
+    is escaped like the rest."""
     if not isinstance(text, str):
         text = '%s' % (text,)
     if '\n' in keep:
         text = text.replace('\r\n', '\n')
-    if not colors:
+    if not colors or '\x1b' not in text:
         return _escape_part(text, keep)
-    return ''.join(part if index % 2 else _escape_part(part, keep) for index, part in enumerate(_SGR.split(text)))
+    out, last = [], 0
+    for match in _SGR.finditer(text):
+        if match.group(2) in colors:
+            out += [_escape_part(text[last:match.start()], keep), match.group(1)]
+            last = match.end()
+    out.append(_escape_part(text[last:], keep))
+    return ''.join(out)
 
 
 def name(text):
@@ -99,20 +110,24 @@ _KINDS = {
     'bytes': ('a byte that is not UTF-8', 'bytes that are not UTF-8'),
     'mark': ('a combining mark', 'combining marks'),
     'space': ('a space', 'spaces'),
+    'unassigned': ('a code point Unicode does not assign', 'code points Unicode does not assign'),
     'other': ('a character that is not ASCII', 'characters that are not ASCII'),
 }
 # The names of the controls a terminal acts on (Unicode gives controls no name).
 _CONTROL_NAMES = {0x00: 'NULL', 0x07: 'BELL', 0x08: 'BACKSPACE', 0x09: 'TAB', 0x0a: 'LINE FEED',
-                  0x0d: 'CARRIAGE RETURN', 0x1b: 'ESCAPE', 0x7f: 'DELETE', 0x9b: 'CONTROL SEQUENCE INTRODUCER',
-                  0x9d: 'OPERATING SYSTEM COMMAND'}
+                  0x0b: 'LINE TABULATION', 0x0c: 'FORM FEED', 0x0d: 'CARRIAGE RETURN', 0x1b: 'ESCAPE', 0x7f: 'DELETE',
+                  0x85: 'NEXT LINE', 0x90: 'DEVICE CONTROL STRING', 0x9b: 'CONTROL SEQUENCE INTRODUCER',
+                  0x9c: 'STRING TERMINATOR', 0x9d: 'OPERATING SYSTEM COMMAND'}
 
 
 def _kind(char):
     category = unicodedata.category(char)
     if category == 'Cc':
         return 'control'
-    if category in ('Cf', 'Zl', 'Zp'):
+    if category in ('Cf', 'Zl', 'Zp') or char in _BLANK:
         return 'invisible'
+    if category == 'Cn':
+        return 'unassigned'
     if category == 'Cs':
         return 'bytes'
     if category.startswith('M'):
