@@ -34,7 +34,7 @@ description:
     or shows nothing of, in a host name, a task name, a message, a warning, a diff or a server's own words (ESC and
     the sequences it starts, such as clear screen or a window title, the C1 controls such as U+009B, a bell, a carriage
     return, a zero-width space or joiner, a byte order mark, a bidirectional override, a byte that is not UTF-8) is
-    written as its escape (C(\\x1b), C(\\x9b), C(\\r), C(\\u200b)); a line break and a tab stay. With colours,
+    written as its escape (C(\x1b), C(\x9b), C(\r), C(\u200b)); a line break and a tab stay. With colours,
     only the colour sequences Ansible itself writes stay.
 extends_documentation_fragment:
   - ansible.builtin.default_callback
