@@ -124,6 +124,14 @@ class _EscapingDisplay(Display):
         colors = COLORS if ansible_color.ANSIBLE_COLOR else ()
         return super(_EscapingDisplay, self).display(escape(msg, colors=colors), *args, **kwargs)
 
+    # A warning and an error escaped before they are formatted too: ansible-core before 2.19 wraps them first, which
+    # makes a carriage return a blank.
+    def warning(self, msg, *args, **kwargs):  # pylint: disable=arguments-differ
+        return super(_EscapingDisplay, self).warning(escape(msg) if isinstance(msg, str) else msg, *args, **kwargs)
+
+    def error(self, msg, *args, **kwargs):  # pylint: disable=arguments-differ
+        return super(_EscapingDisplay, self).error(escape(msg) if isinstance(msg, str) else msg, *args, **kwargs)
+
 
 def escaping(display):
     """``display`` (the process's Display) as ``_EscapingDisplay``: its state shared, not copied."""
