@@ -99,8 +99,8 @@ class ActionModule(ActionBase):
         mine = [dict(entry, hosts=[h for h in entry['hosts'] if h in checked]) for entry in everyone
                 if set(entry['hosts']) & set(checked)]
         # Every line as a terminal may show it: a name, a host or a value set in an inventory may hold escapes.
-        invalid = [escape(line, keep='') for line in _variables.value_problems(values_by_host, specs, _validate,
-                                                                             name_hosts=args['hosts'] is not None)]
+        problems = _variables.value_problems(values_by_host, specs, _validate, name_hosts=args['hosts'] is not None)
+        invalid = [escape(line, keep='') for line in problems]
         # Where a run restarts, a misspelled name that says what it acts on is an error on its host, never a warning.
         wrong_target = _variables.targets(mine) if restarts else []
         defaults = dict((name, spec.get('default')) for name, spec in known.items() if isinstance(spec, dict)
