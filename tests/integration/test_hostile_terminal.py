@@ -136,8 +136,7 @@ def _servers(pool):
     start = time.time() - 7200
     stuck = pool.vllm(name='stuck', metrics=h.vllm_text({'0' + EVIL: h.engine_numbers(running=2),
                                                          '1': h.engine_numbers(running=1)}, start=start))
-    unknown = pool.vllm(name='unknown', metrics=h.vllm_text({'0' + EVIL: h.engine_numbers(running='NaN')},
-                                                           start=start))
+    unknown = pool.vllm(name='unknown', metrics=h.vllm_text({'0' + EVIL: h.engine_numbers(running='NaN')}, start=start))
     idle = pool.vllm(name='idle', metrics=h.with_start_time(h.IDLE, start))
     urls = {'reset': stuck.url, 'title': unknown.url, 'cr': idle.url, 'c1-csi': idle.url,
             'rlo': 'http://127.0.0.1:%d' % closed_port(), 'zwsp': idle.url}
