@@ -22,7 +22,6 @@ gauge is NaN on such an engine (``unknown``, naming it), idle ones, a closed por
 """
 
 import json
-import os
 import re
 import socket
 import subprocess
