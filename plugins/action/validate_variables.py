@@ -12,6 +12,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.modelops.vllm.plugins.plugin_utils import _variables
+from ansible_collections.modelops.vllm.plugins.plugin_utils._printable import escape, name as shown_name
 
 ARGS = {
     'hosts': {'type': 'list', 'elements': 'str'},
@@ -97,13 +98,15 @@ class ActionModule(ActionBase):
         said = [entry for entry in everyone if set(entry['hosts']) & set(named)]
         mine = [dict(entry, hosts=[h for h in entry['hosts'] if h in checked]) for entry in everyone
                 if set(entry['hosts']) & set(checked)]
-        invalid = _variables.value_problems(values_by_host, specs, _validate, name_hosts=args['hosts'] is not None)
+        # Every line as a terminal may show it: a name, a host or a value set in an inventory may hold escapes.
+        problems = _variables.value_problems(values_by_host, specs, _validate, name_hosts=args['hosts'] is not None)
+        invalid = [escape(line, keep='') for line in problems]
         # Where a run restarts, a misspelled name that says what it acts on is an error on its host, never a warning.
         wrong_target = _variables.targets(mine) if restarts else []
         defaults = dict((name, spec.get('default')) for name, spec in known.items() if isinstance(spec, dict)
                         and 'default' in spec)
         # (each host's own run says it, as an error: never a warning first)
-        warnings = [_variables.unknown_message(entry) for entry in said
+        warnings = [escape(_variables.unknown_message(entry), keep='') for entry in said
                     if not (restarts and _variables.targets([entry]))]
         result.update(changed=False, unknown=mine, invalid=invalid)
         if warnings and not strict:
@@ -112,12 +115,12 @@ class ActionModule(ActionBase):
             [_variables.unknown_message(entry) for entry in mine if entry not in wrong_target] if strict else [])
         if errors:
             result['failed'] = True
-            result['msg'] = '; '.join(errors) + (
+            result['msg'] = escape('; '.join(errors), keep='') + (
                 ' (vllm_strict_variables is true: an unknown variable is an error)'
                 if strict and [entry for entry in mine if entry not in wrong_target] else '')
         elif mine:
             result['msg'] = '%d variable(s) that modelops.vllm does not know: %s' % (
-                len(mine), ', '.join(entry['name'] for entry in mine))
+                len(mine), ', '.join(shown_name(entry['name']) for entry in mine))
         else:
             result['msg'] = 'every vllm_* variable is known, and every value checked is valid'
         return result

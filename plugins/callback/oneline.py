@@ -30,6 +30,12 @@ description:
     sentence) is that line, and any other result is printed as P(ansible.builtin.minimal#callback) prints it. The
     C(ansible) command uses a configured stdout callback only with C(bin_ansible_callbacks = true).
   - Not the same as P(ansible.builtin.oneline#callback), which prints every task result of every host on one line.
+  - Everything it prints, with or without C(-v), is printed as a terminal may show it. A character a terminal acts on
+    or shows nothing of, in a host name, a task name, a message, a warning, a diff or a server's own words (ESC and
+    the sequences it starts, such as clear screen or a window title, the C1 controls such as U+009B, a bell, a carriage
+    return, a zero-width space or joiner, a byte order mark, a bidirectional override, a byte that is not UTF-8) is
+    written as its escape (C(\x1b), C(\x9b), C(\r), C(\u200b)); a line break and a tab stay. With colours,
+    only the colour sequences Ansible itself writes stay.
 extends_documentation_fragment:
   - ansible.builtin.default_callback
   - ansible.builtin.result_format_callback
@@ -59,13 +65,18 @@ output: |
 '''
 
 import json
+import re
 
 from ansible import constants as C
 from ansible import context
+from ansible.utils import color as ansible_color
+from ansible.utils.display import Display
 from ansible.playbook.block import Block
 from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 from ansible.plugins.callback.minimal import CallbackModule as MinimalCallback
+
+from ansible_collections.modelops.vllm.plugins.plugin_utils._printable import escape
 
 try:
     from ansible.utils.fqcn import add_internal_fqcns
@@ -98,13 +109,54 @@ def _host(result):
     return (found if found is not None else result._host).get_name()
 
 
+# The SGR parameters of the colours Ansible writes (stringc: ESC [ code m ... ESC [ 0 m, colorNNN, rgbNNN, grayN).
+COLORS = frozenset(C.COLOR_CODES.values()) | frozenset(['0']) | frozenset('38;5;%d' % n for n in range(256))
+_BLANKS = re.compile(r'[ \t\n]+')
+
+
+class _EscapingDisplay(Display):
+    """Ansible's display as this callback writes through it: the same state (the one Display of the process, its
+    lock, verbosity, the warnings said), and every message written as a terminal may show it (``escape``): a
+    banner, a warning, an error and a result dump too, as each of them ends in ``display``. With colours, Ansible's
+    own colour sequences stay (a diff's, the recap's); never one that came with a message (escaped first)."""
+
+    def display(self, msg, *args, **kwargs):  # pylint: disable=arguments-differ
+        colors = COLORS if ansible_color.ANSIBLE_COLOR else ()
+        return super(_EscapingDisplay, self).display(escape(msg, colors=colors), *args, **kwargs)
+
+    # A warning and an error escaped before they are formatted too: ansible-core before 2.19 wraps them first, which
+    # makes a carriage return a blank.
+    def warning(self, msg, *args, **kwargs):  # pylint: disable=arguments-differ
+        return super(_EscapingDisplay, self).warning(escape(msg) if isinstance(msg, str) else msg, *args, **kwargs)
+
+    def error(self, msg, *args, **kwargs):  # pylint: disable=arguments-differ
+        return super(_EscapingDisplay, self).error(escape(msg) if isinstance(msg, str) else msg, *args, **kwargs)
+
+
+def escaping(display):
+    """``display`` (the process's Display) as ``_EscapingDisplay``: its state shared, not copied."""
+    shown = object.__new__(_EscapingDisplay)
+    shown.__dict__ = display.__dict__
+    return shown
+
+
+def _escaped_diff(diff):
+    """A diff of a result with the texts it compares escaped (a line break and a tab stay), before the default
+    callback colours its lines."""
+    if not isinstance(diff, dict):
+        return diff
+    return dict((key, escape(value.replace('\r\n', '\\r\n')) if isinstance(value, str) else value)
+                for key, value in diff.items())
+
+
 def one_line(text):
-    """Any message as one line: its lines joined, runs of blanks made one."""
+    """Any message as one line: its lines joined, runs of blanks made one (a carriage return, a vertical tab or a
+    line separator stays, to be escaped)."""
     if isinstance(text, (list, tuple)):
         text = '; '.join(str(item) for item in text)
     elif isinstance(text, dict):
         text = json.dumps(text, sort_keys=True, default=str)
-    return ' '.join(str(text).split())
+    return ' '.join(_BLANKS.split(str(text).replace('\r\n', '\n').strip(' \t\n')))
 
 
 def rescued(task):
@@ -128,6 +180,8 @@ class CallbackModule(DefaultCallback):
 
     def __init__(self):
         super(CallbackModule, self).__init__()
+        # Every line it prints, as a terminal may show it (the default callback's with -v, too).
+        self._display = escaping(self._display)
         self._check_mode = False
         self._controller_play = False
         self._worked = set()  # the hosts of plays that are not for the controller alone (hosts: localhost)
@@ -355,6 +409,11 @@ class CallbackModule(DefaultCallback):
             return None
         self._failure(result, 'FAILED', C.COLOR_ERROR, item=self._get_item_label(_result(result)))
         return None
+
+    def _get_diff(self, difflist):
+        if not isinstance(difflist, list):
+            difflist = [difflist]
+        return super(CallbackModule, self)._get_diff([_escaped_diff(diff) for diff in difflist])
 
     def v2_on_file_diff(self, result):
         if self._adhoc():

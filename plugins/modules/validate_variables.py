@@ -18,6 +18,12 @@ description:
     play's variables too) and warns, once per name, about every variable that looks meant for this collection
     (C(vllm_*), and C(vlm_*) or C(VLLM_*)) that it does not know, with the closest name it knows
     (C(did you mean vllm_url?)). With O(strict) such a variable fails the task instead.
+  - A name is shown with every character that is not printable ASCII escaped, and what it holds is said
+    (C(vllm_watchdog_reboot\u200b) has an invisible character, C(\u200b ZERO WIDTH SPACE)); the closest name is looked
+    up as the eye reads the name (without invisible characters and combining marks, a Cyrillic or Greek letter that
+    looks Latin read as that letter), so a look-alike is never suggested as itself, and one with such a character in
+    front of C(vllm_) is warned about too. Host names and values in its lines are escaped too (C(\x1b), C(\r)), so a
+    terminal never acts on what an inventory holds, whatever the stdout callback.
   - The names it knows are the options of the roles P(modelops.vllm.watchdog#role) and P(modelops.vllm.rollout#role)
     (their C(meta/argument_specs.yml)), the inventory conventions of docs/fleet.md (C(vllm_url), C(vllm_kind),
     C(vllm_api_key), C(vllm_model), C(vllm_instances), C(vllm_validate_certs), C(vllm_ca_path)), the settings of the

@@ -26,6 +26,7 @@ import re
 import yaml
 
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import url_mistake
+from ansible_collections.modelops.vllm.plugins.plugin_utils._printable import as_read, escape, name as shown_name, oddities
 
 ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'roles')
 
@@ -157,12 +158,15 @@ def specs_of(groups, roles_dir=ROLES_DIR):
 
 
 def looks_ours(name):
-    return bool(LOOKS_OURS.match(name))
+    """Whether ``name`` looks meant for this collection, as the eye reads it (an invisible character or a look-alike
+    letter in front of it too: ``\\ufeffvllm_url``, ``\\u03bdllm_url``)."""
+    return bool(LOOKS_OURS.match(name) or LOOKS_OURS.match(as_read(name)))
 
 
 def closest(name, known):
-    """The known name closest to ``name``, or None when none is close."""
-    lowered = name.lower()
+    """The known name closest to ``name`` as the eye reads it (``as_read``), or None when none is close: the
+    name a human who typed it meant."""
+    lowered = as_read(name).lower()
     found = difflib.get_close_matches(lowered, sorted(known), n=1, cutoff=0.6)
     return found[0] if found else None
 
@@ -182,17 +186,27 @@ def unknown_names(names_by_host, known, own=()):
 
 
 def hosts_text(hosts, limit=5):
-    """'gb10-01', 'gb10-01, gb10-02', or 'gb10-01, ... and 95 more (100 hosts)'."""
+    """'gb10-01', 'gb10-01, gb10-02', or 'gb10-01, ... and 95 more (100 hosts)'; each name as a terminal may show
+    it (``escape``)."""
+    hosts = [escape(host) for host in hosts]
     if len(hosts) <= limit:
         return ', '.join(hosts)
     return '%s and %d more (%d hosts)' % (', '.join(hosts[:limit]), len(hosts) - limit, len(hosts))
 
 
+def _odd(variable):
+    """'' or ' (its name has an invisible character (\\u200b ZERO WIDTH SPACE))': what a screen does not show of
+    a name."""
+    said = oddities(variable)
+    return ' (its name has %s)' % said if said else ''
+
+
 def unknown_message(entry):
-    """One line: the name, where it is set, and the closest known name."""
+    """One line: the name (every character that is not printable ASCII escaped, and said), where it is set, and the
+    closest known name: ``vllm_watchdog_reboot\\u200b`` is never "did you mean" a name that looks the same."""
     hint = ('did you mean %s?' % entry['suggestion']) if entry['suggestion'] else 'no variable of it is close.'
-    return ('%s (set on %s) is not a variable of modelops.vllm, so nothing reads it: %s'
-            % (entry['name'], hosts_text(entry['hosts']), hint))
+    return ('%s (set on %s) is not a variable of modelops.vllm, so nothing reads it%s: %s'
+            % (shown_name(entry['name']), hosts_text(entry['hosts']), _odd(entry['name']), hint))
 
 
 def target_message(entry, values, defaults):
@@ -210,10 +224,11 @@ def target_message(entry, values, defaults):
     else:
         current = shown(current)
     holding = '' if given is NOT_SET or SECRET.search(entry['name']) else ' = %s' % shown(given)
-    return ('%s%s (set on %s) is not a variable of modelops.vllm: did you mean %s? That one says what a restart acts '
+    return ('%s%s (set on %s) is not a variable of modelops.vllm%s: did you mean %s? That one says what a restart acts '
             'on: the run would act on what %s says now (%s), on a host with two servers the other one, so nothing is '
             'checked or restarted on this host until it is spelled %s'
-            % (entry['name'], holding, hosts_text(entry['hosts']), meant, meant, current, meant))
+            % (shown_name(entry['name']), holding, hosts_text(entry['hosts']), _odd(entry['name']), meant, meant,
+               current, meant))
 
 
 def targets(entries):
@@ -228,14 +243,14 @@ def url_problems(name, value):
     if name in URL_VARIABLES and isinstance(value, str) and '{{' not in value:
         mistake = url_mistake(value)
         if mistake:
-            out.append('%s: %s' % (name, mistake))
+            out.append('%s: %s' % (name, escape(mistake, keep='')))
     elif name in INSTANCE_LISTS and isinstance(value, list):
         for item in value:
             url = item.get('url') if isinstance(item, dict) else None
             if isinstance(url, str) and '{{' not in url:
                 mistake = url_mistake(url)
                 if mistake:
-                    out.append('%s[%s]: %s' % (name, item.get('name', '?'), mistake))
+                    out.append('%s[%s]: %s' % (name, escape(item.get('name', '?'), keep=''), escape(mistake, keep='')))
     return out
 
 
@@ -268,8 +283,8 @@ def shown(value, limit=80):
 def problem(name, spec, value, errors):
     """One line for a value that failed its spec: the variable, what is allowed, the value."""
     for error in errors:
-        if 'must be one of' in str(error):  # Ansible's own line names all three already
-            return ' '.join(str(error).split())
+        if 'must be one of' in str(error):  # Ansible's own line names all three already (the value as it was set)
+            return escape(' '.join(str(error).split()))
     want = spec.get('type', 'str')
     if spec.get('elements'):
         want += ' of %s' % spec['elements']

@@ -716,6 +716,8 @@ CLASSES = {
     24: 'evidence that swells the gate',
     25: 'a kernel line whose time cannot be true',
     26: 'evidence aimed at the wrong process',
+    28: 'names and messages reach the terminal raw',
+    29: 'an alert\'s host is still a pattern past the event source',
 }
 
 

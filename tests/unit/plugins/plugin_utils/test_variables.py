@@ -4,6 +4,7 @@ messages about the ones it does not know or whose value is wrong (one line, the 
 import glob
 import os
 import re
+import unicodedata
 
 import jinja2
 import jinja2.meta
@@ -280,3 +281,57 @@ def test_a_misspelled_name_that_says_what_is_restarted_is_named_with_what_would_
                     'vllm_watchdog_service? That one says what a restart acts on: the run would act on what '
                     'vllm_watchdog_service says now (its default "vllm"), on a host with two servers the other one, so '
                     'nothing is checked or restarted on this host until it is spelled vllm_watchdog_service')
+
+
+# A name that looks like one the collection knows and is not: never "did you mean" a name that looks the same.
+LOOKALIKE_NAMES = [
+    ('vllm_watchdog_reboot\u200b', 'vllm_watchdog_reboot\\u200b', '\\u200b ZERO WIDTH SPACE', 'vllm_watchdog_reboot'),
+    ('vllm\u200d_url', 'vllm\\u200d_url', '\\u200d ZERO WIDTH JOINER', 'vllm_url'),
+    ('\ufeffvllm_url', '\\ufeffvllm_url', '\\ufeff ZERO WIDTH NO-BREAK SPACE', 'vllm_url'),
+    ('vllm_url\u202e', 'vllm_url\\u202e', '\\u202e RIGHT-TO-LEFT OVERRIDE', 'vllm_url'),
+    ('vllm_w\u0430tchdog_reboot', 'vllm_w\\u0430tchdog_reboot', '\\u0430 CYRILLIC SMALL LETTER A',
+     'vllm_watchdog_reboot'),
+    ('\u03bdllm_url', '\\u03bdllm_url', '\\u03bd GREEK SMALL LETTER NU', 'vllm_url'),
+    ('\uff56llm_url', '\\uff56llm_url', '\\uff56 FULLWIDTH LATIN SMALL LETTER V', 'vllm_url'),
+    ('vllm\u0301_url', 'vllm\\u0301_url', '\\u0301 COMBINING ACUTE ACCENT', 'vllm_url'),
+    ('vllm_url\x1b]0;t\x07', 'vllm_url\\x1b]0;t\\x07', '\\x1b ESCAPE', 'vllm_url'),
+    ('vllm_watchdog_reboot ', 'vllm_watchdog_reboot\\x20', '\\x20 SPACE', 'vllm_watchdog_reboot'),
+    (b'vllm_url\xff'.decode('utf-8', 'surrogateescape'), 'vllm_url\\udcff', '\\udcff', 'vllm_url'),
+]
+
+
+def _raw(text):
+    return [char for char in text if unicodedata.category(char) in ('Cc', 'Cf', 'Cs', 'Cn', 'Zl', 'Zp')]
+
+
+@pytest.mark.parametrize('typed, shown, said, meant', LOOKALIKE_NAMES, ids=[n[1] for n in LOOKALIKE_NAMES])
+def test_a_name_that_looks_like_a_known_one_is_shown_as_it_is_and_said(typed, shown, said, meant):
+    known = v.known_specs()
+    found = v.unknown_names([('gb10-\x1bc', [typed, 'vllm_url'])], known)
+    assert [(entry['name'], entry['suggestion']) for entry in found] == [(typed, meant)]
+    line = v.unknown_message(found[0])
+    assert line.startswith('%s (set on gb10-\\x1bc) is not a variable of modelops.vllm' % shown), line
+    assert said in line and line.endswith('did you mean %s?' % meant), line
+    assert not _raw(line), line
+    assert shown != meant  # what the screen shows is never the name suggested
+
+
+def test_a_look_alike_of_a_name_that_says_what_is_restarted_is_said_too():
+    known = v.known_specs()
+    found = v.unknown_names([('gb10-01', ['vllm_watchdog_servic\u0435'])], known)
+    assert v.targets(found) == found
+    line = v.target_message(found[0], {'gb10-01': {'vllm_watchdog_servic\u0435': 'vllm-b\x1b[2J'}}, {})
+    assert line.startswith('vllm_watchdog_servic\\u0435 = "vllm-b\\u001b[2J" (set on gb10-01) is not a variable of '
+                           'modelops.vllm (its name has a character that is not ASCII (\\u0435 CYRILLIC SMALL LETTER '
+                           'IE)): did you mean vllm_watchdog_service?'), line
+    assert not _raw(line)
+
+
+def test_a_bad_value_with_escapes_is_named_escaped():
+    specs = v.specs_of(['inventory'])
+    found = v.value_problems([('gb10-\x9b2J', {'vllm_kind': 'proxy\x1b]0;t\x07'})], specs, validate)
+    assert len(found) == 1 and not _raw(found[0]), found
+    assert 'gb10-\\x9b2J' in found[0] and 'proxy\\x1b]0;t\\x07' in found[0], found
+    found = v.value_problems([('h', {'vllm_instances': [{'name': 'a\x1bc', 'url': 'http://h:8000/v1\x07'}]})],
+                             v.specs_of(['inventory']), validate)
+    assert found and not any(_raw(line) for line in found), found
