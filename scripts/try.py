@@ -355,6 +355,9 @@ vllm_check_interval: 2
 # No movement for 4 s is proof of a hang here, so that the sandbox's hung server is restarted in the run that finds
 # it; the default, 300 s, is what a real GB10 needs (one long engine step freezes every series: docs/health.md).
 vllm_check_freeze_limit: 4
+# The rollout's own (it falls back on vllm_watchdog_freeze_limit, not on the check's): its idle wait judges the hung
+# server in seconds, not after watching a 300 s freeze.
+vllm_rollout_freeze_limit: 4
 vllm_watchdog_ready_delay: 1
 vllm_watchdog_ready_timeout: 60
 vllm_rollout_idle_delay: 2
