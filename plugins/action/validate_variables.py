@@ -103,8 +103,8 @@ class ActionModule(ActionBase):
         invalid = [escape(line, keep='') for line in problems]
         # Where a run restarts, a misspelled name that says what it acts on is an error on its host, never a warning.
         wrong_target = _variables.targets(mine) if restarts else []
-        defaults = dict((name, spec.get('default')) for name, spec in known.items() if isinstance(spec, dict)
-                        and 'default' in spec)
+        defaults = dict((name, spec.get('default')) for name, spec in known.items()
+                        if isinstance(spec, dict) and 'default' in spec)
         # (each host's own run says it, as an error: never a warning first)
         warnings = [escape(_variables.unknown_message(entry), keep='') for entry in said
                     if not (restarts and _variables.targets([entry]))]

@@ -93,8 +93,8 @@ _value:
       elements: str
     lines:
       description:
-        - One line per host and instance, then one per reason a textfile could not be written, naming its hosts (with
-          O(textfile_lines)).
+        - One line per host and instance, then one per reason a textfile could not be written, naming the hosts that do
+          not fail for it (O(textfile_required) false).
       type: list
       elements: str
     headline:

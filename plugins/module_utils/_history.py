@@ -260,6 +260,9 @@ def outcome(later, failed=None, at=None):
     failed restart written after it, else that no run followed."""
     if later:
         when, record = later[0]
+        if record.get('step') and record.get('outcome'):
+            # What the role found after the restart (watchdog_gate's record_outcome): now idle, or failed and why.
+            return one_line(record['outcome'])[:300]
         if record.get('step'):
             # The restart stopped half-way (the memory did not come back); the gate took the next step at once.
             return 'stopped: %s; then %s (%s)' % (_text(record, 'reason'), ACTION_WORDS.get(_action(record),
@@ -297,6 +300,8 @@ def events(records, since, show='changes', evidence=(), failed=None):
     for index, (at, record) in enumerate(records):
         if since is not None and at < since:
             continue
+        if record.get('step') and record.get('outcome') and index > 0 and _action(records[index - 1][1]) in STEPS:
+            continue  # the outcome of the restart just before: said on that restart's line
         action, state = _action(record), _state(record)
         event = {'time': iso(at), 'until': None, 'runs': 1, 'state': state, 'action': action,
                  'reason': _text(record, 'reason'), 'decision': _text(record, 'decision'), 'outcome': None,

@@ -160,7 +160,9 @@ def test_a_stuck_alert_restarts_that_server_once_through_ansible_rulebook(sim, t
         history = json.loads((state_dir / "vllm.json").read_text())
         assert len(history["restarts"]) == 1, history
         verdicts = [json.loads(line) for line in (state_dir / "vllm.verdicts.jsonl").read_text().splitlines()]
-        assert [(v["state"], v["action"]) for v in verdicts] == [("stuck", "restart")], verdicts
+        # The run's verdict, then the outcome of its restart (a step line, not a run).
+        assert [(v["state"], v["action"], bool(v.get("step"))) for v in verdicts] == [
+            ("stuck", "restart", False), ("idle", "restarted", True)], verdicts
         # The alert's word is no proof: the run measured the freeze itself and watched it to the limit.
         assert verdicts[0]["frozen_for"] >= eda.FREEZE, verdicts
         assert len(list((state_dir / "evidence").glob("vllm-*.json"))) == 1

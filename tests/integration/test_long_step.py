@@ -125,7 +125,9 @@ def recorder(tmp_path):
     log = tmp_path / "restarts.log"
     record = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + '\\n')",
               str(log)]
-    return log, {"vllm_watchdog_restart_method": "command", "vllm_watchdog_restart_command": record + ["restart"],
+    # A command names no process: the inventory says it restarts the server at the URL (or nothing is restarted).
+    return log, {"vllm_watchdog_restart_method": "command", "vllm_watchdog_assume_url_is_service": True,
+                 "vllm_watchdog_restart_command": record + ["restart"],
                  "vllm_watchdog_status_command": [sys.executable, "-c", "pass"],
                  "vllm_watchdog_logs_command": [sys.executable, "-c", "print('vllm log')"]}
 

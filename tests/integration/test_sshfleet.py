@@ -142,6 +142,7 @@ def test_health_over_ssh_reaches_each_hosts_own_server(fleet, tmp_path):
       modelops.vllm.health:
         url: "{{ vllm_url }}"
         interval: 1
+        freeze_limit: 2  # the hung hosts' proof within this check's two waits (the default is 300 s)
       register: vllm_health
 """ + save_play("vllm_health")
     run = ansible_run.run_playbook(play, inventory=fleet.inventory(), workdir=str(tmp_path), args=["-f", "5"])

@@ -299,7 +299,8 @@ def test_awx_without_awx(sandbox):
     # Why, for the one it restarted: the verdict's reason, the decision, what came of it, the evidence.
     assert list(reasons) == ['gb10-stuck/vllm'], reasons
     assert re.match(r'^stuck: 2 request\(s\) in flight and no counter or KV-cache gauge moved .* - watchdog: restarted '
-                    r'\(restart: stuck \(restart 1 of at most 3 in 24h00m\)\) -> now idle \[evidence \S+/state/gb10-stuck/'
+                    r'\(restart: stuck; .* \(restart 1 of at most 3 in 24h00m, a failed one counted too\)\) -> now idle '
+                    r'\[evidence \S+/state/gb10-stuck/'
                     r'evidence/vllm-\d{8}T\d{6}Z\.json\]$', reasons['gb10-stuck/vllm']), reasons
     assert sandbox.restarts() == ['vllm-gb10-stuck']  # once, by the stand-in systemctl
     assert sandbox.sim.get('gb10-stuck')['restarts'] == 1
@@ -415,8 +416,8 @@ def test_local_timer_page(sandbox):
         in lines[0], lines
     assert '[Timer]\nOnCalendar=*:0/5\n' in out, out
     journal = output_of(results, 'journalctl -u vllm-watchdog')
-    assert 'spark-01/vllm: stuck - watchdog: restarted (restart: stuck (restart 1 of at most 3 in 24h00m)) -> now idle' \
-        in journal, journal
+    assert re.search(r'spark-01/vllm: stuck - watchdog: restarted \(restart: stuck; the systemd unit vllm-gb10-stuck: '
+                     r'.* \(restart 1 of at most 3 in 24h00m, a failed one counted too\)\) -> now idle', journal), journal
     lines = summary_lines(output_of(results, 'modelops.vllm.local_status'))
     assert re.match(r'^vllm-watchdog\.timer: enabled and active; the last run \S+Z \(success\); the next \S+Z$', lines[0]), lines
     restart = [line for line in lines if 'watchdog: restart (' in line]
@@ -554,7 +555,8 @@ def test_schedule(sandbox, tmp_path):
     assert said[0].endswith(' [2 runs, the last %s]' % history[1]['time']), said
     assert said[1].startswith('gb10-busy/vllm: %s stuck - %s' % (history[2]['time'], history[2]['reason'][:200])), said
     assert '; watchdog: restart (%s' % history[2]['decision'][:200] in said[1], said
-    assert re.search(r' -> no run since \[evidence %s/vllm-\d{8}T\d{6}Z\.json\]$'
+    # What came of the restart: the outcome the role recorded when it checked again.
+    assert re.search(r' -> now idle.* \[evidence %s/vllm-\d{8}T\d{6}Z\.json\]$'
                      % re.escape(sandbox.path('state', 'gb10-busy', 'evidence')), said[1]), said
     assert said[2].startswith('gb10-busy/vllm: 3 run(s) since ') and ': 2 busy, 1 stuck; 1 restart(s)' in said[2], said
     assert said[3].endswith('1 instance(s) on 1 host(s), 3 run(s); restarts: gb10-busy/vllm (1); host reboots: none; '

@@ -32,7 +32,18 @@ SHARED = {
 
 # group -> minutes (the longest first); measured per file in a serial run (.cache/durations/integration.json)
 MINUTES = {
-    REAL_VLLM: 15.0,
+    REAL_VLLM: 35.0,
+    # 2026-12-03, 4 workers at load 5-13 (.cache/durations/integration.json): a file's own seconds / 60
+    'test_try': 17.0,
+    'test_ladder': 10.5,
+    'test_field_signatures': 10.0,
+    'test_rollout': 8.7,
+    'test_local': 8.6,
+    'test_fleet': 8.4,
+    'test_publish': 6.0,
+    'test_sshfleet': 5.0,
+    'test_hostile': 4.6,
+    'prometheus-eda': 5.1,
 }
 
 

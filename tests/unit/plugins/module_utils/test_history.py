@@ -218,6 +218,21 @@ def test_the_outcome_of_a_restart_is_what_came_after_it():
     assert [e['outcome'] for e in history.events(dated(restart), None, failed=old)] == ['no run since']
 
 
+def test_the_outcome_the_role_recorded_is_said_on_its_restart_s_line_and_is_no_event_of_its_own():
+    # watchdog_gate's record_outcome: a step line with the outcome, right after the restart's run.
+    restart = record('2026-12-01T03:10:00Z', 'stuck', 'restart', decision='restart: stuck')
+    now_idle = record('2026-12-01T03:10:20Z', 'idle', 'restarted', reason='nothing in flight', step=True,
+                      outcome='now idle (nothing in flight)')
+    failed = record('2026-12-01T03:10:20Z', 'stuck', 'restart failed', reason='exit 5', step=True,
+                    outcome='failed: systemctl stop vllm exited 5')
+    later = record('2026-12-01T03:15:00Z', 'idle')
+    for after, said in ((now_idle, 'now idle (nothing in flight)'), (failed, 'failed: systemctl stop vllm exited 5')):
+        listed = history.events(dated(restart, after, later), None)
+        assert [(e['kind'], e['outcome']) for e in listed] == [('restart', said), ('runs', None)], listed
+        assert history.counts(dated(restart, after, later), None)[1]['runs'] == 2
+        assert [e['kind'] for e in history.events(dated(restart, after), None, 'actions')] == ['restart']
+
+
 def test_the_window_keeps_its_runs_and_still_reads_the_outcome_of_its_last_restart_from_the_run_after():
     records = dated(record('2026-11-30T03:00:00Z', 'stuck', 'restart'), record('2026-12-01T03:10:00Z', 'stuck', 'restart'),
                     record('2026-12-01T03:15:00Z', 'idle'))
