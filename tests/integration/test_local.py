@@ -292,7 +292,9 @@ def test_install_run_status_and_remove_as_the_owner_does(box):
     # ---- the timer fires: the stuck server is restarted by the watchdog's user, through systemctl
     start, out = box.fire()
     assert start.returncode == 0 and start.stdout == start.stderr == '', (start, out[-4000:])
-    assert '%s/vllm: stuck - watchdog: restarted (restart: stuck (restart 1 of at most 3 in 24h00m))' % HOST in out, out
+    assert ('%s/vllm: stuck - watchdog: restarted (restart: stuck; the inventory says that the systemd unit vllm serves '
+            '%s (vllm_watchdog_assume_url_is_service; ' % (HOST, box.url)) in out, out
+    assert '(restart 1 of at most 3 in 24h00m, a failed one counted too)) -> now idle' in out, out
     assert [call for call in acts_on(box.calls()) if call[1] == 'vllm'] == [('stop', 'vllm'), ('start', 'vllm')]
     assert box.sim.get(box.server_id)['restarts'] == 1
     start, out = box.fire()  # the next run: the new process serves
