@@ -516,7 +516,7 @@ textfile_error:
   description:
     - Why O(textfile) could not be written (null when it was, or was not asked for), in the same words on every host
       (a missing directory is named, never a temporary file). The module also warns with it unless O(host) is given;
-      each result of RV(ansible_facts) carries it (C(textfile_error)), and the P(modelops.vllm.watchdog#role) role says
+      each result of C(ansible_facts.vllm_watchdog_results) carries it (C(textfile_error)), and the P(modelops.vllm.watchdog#role) role says
       it once in its report and fails the host unless C(vllm_watchdog_textfile_required) is false.
   returned: with O(instances)
   type: str

@@ -214,6 +214,7 @@ def test_a_real_hang_is_frozen_first_then_restarted_once_past_the_limit_across_r
             FAST, vllm_url=server.url, vllm_watchdog_state_dir=str(tmp_path / "state"), vllm_watchdog_interval=2,
             vllm_watchdog_freeze_limit=limit, vllm_watchdog_freeze_wait=0, vllm_watchdog_startup_grace=20,
             vllm_watchdog_restart_method="command", vllm_watchdog_restart_command=ctl + ["restart"],
+            vllm_watchdog_assume_url_is_service=True,  # a command names no process (docs/watchdog.md)
             vllm_watchdog_status_command=ctl + ["status"], vllm_watchdog_logs_command=ctl + ["logs"],
             vllm_watchdog_py_spy="", vllm_watchdog_ready_delay=2, vllm_watchdog_ready_timeout=300))
         first = run_playbook(WATCHDOG_PLAY, inventory=inventory, workdir=str(tmp_path / "run1"), timeout=600)

@@ -556,7 +556,7 @@ def test_schedule(sandbox, tmp_path):
     assert said[1].startswith('gb10-busy/vllm: %s stuck - %s' % (history[2]['time'], history[2]['reason'][:200])), said
     assert '; watchdog: restart (%s' % history[2]['decision'][:200] in said[1], said
     # What came of the restart: the outcome the role recorded when it checked again.
-    assert re.search(r' -> now idle.* \[evidence %s/vllm-\d{8}T\d{6}Z\.json\]$'
+    assert re.search(r' -> now \w+ \(.*\) \[evidence %s/vllm-\d{8}T\d{6}Z\.json\]$'
                      % re.escape(sandbox.path('state', 'gb10-busy', 'evidence')), said[1]), said
     assert said[2].startswith('gb10-busy/vllm: 3 run(s) since ') and ': 2 busy, 1 stuck; 1 restart(s)' in said[2], said
     assert said[3].endswith('1 instance(s) on 1 host(s), 3 run(s); restarts: gb10-busy/vllm (1); host reboots: none; '
