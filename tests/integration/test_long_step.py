@@ -232,7 +232,9 @@ def test_a_real_hang_is_frozen_first_then_restarted_once_past_the_limit_across_r
             thread.join(300)
         assert control.errors == [] and control.restarts == 1
         verdicts = [json.loads(line) for line in open(os.path.join(str(tmp_path / "state"), "vllm.verdicts.jsonl"))]
-        assert [v["state"] for v in verdicts] == ["frozen", "stuck"], verdicts
+        # The two runs, then the outcome of the restart (a step line, not a run).
+        assert [(v["state"], bool(v.get("step"))) for v in verdicts][:2] == [("frozen", False), ("stuck", False)]
+        assert [v for v in verdicts[2:] if not v.get("step")] == [], verdicts
         load.cancel()
     finally:
         control.close()
