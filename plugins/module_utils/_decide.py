@@ -46,11 +46,10 @@ __metaclass__ = type
 
 import calendar
 import datetime
-import json
 import math
 import re
 
-from ansible_collections.modelops.vllm.plugins.module_utils._types import duration, in_range, range_words
+from ansible_collections.modelops.vllm.plugins.module_utils._types import duration, in_range, json_object, range_words
 
 NONE = 'none'
 RESTART = 'restart'
@@ -168,12 +167,9 @@ def load_history(text):
     """
     if text is None:
         return empty_history(), None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None, 'it is empty' if not text.strip() else 'it is not JSON'
-    if not isinstance(data, dict):
-        return None, 'it is not a JSON object'
+    data, why = json_object(text)
+    if why:
+        return None, why
     restarts = data.get('restarts', [])
     if not isinstance(restarts, list) or not all(_finite(t) and t >= 0 for t in restarts) or len(restarts) > 10000:
         return None, 'its restart times are not all finite numbers'

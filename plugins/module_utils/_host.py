@@ -23,7 +23,6 @@ __metaclass__ = type
 
 import errno
 import ipaddress
-import json
 import math
 import os
 import re
@@ -35,6 +34,7 @@ from urllib.parse import urlsplit
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import parse_started_at
+from ansible_collections.modelops.vllm.plugins.module_utils._types import json_object
 
 MEMINFO = '/proc/meminfo'
 KMSG = '/dev/kmsg'
@@ -526,13 +526,7 @@ def parse_baseline(text):
     """The memory baseline file's text as a dict, or (None, why): garbage, deep nesting, a list, ... never raise."""
     if text is None:
         return None, None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None, 'it is empty' if not text.strip() else 'it is not JSON'
-    if not isinstance(data, dict):
-        return None, 'it is not a JSON object'
-    return data, None
+    return json_object(text)
 
 
 def baseline_problem(baseline, total_kb, boot_id, host, now):

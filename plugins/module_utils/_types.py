@@ -99,6 +99,18 @@ def model_ids(fetched):
     return ids or None
 
 
+def json_object(text):
+    """A state file's text as a JSON object: (dict, None), or (None, why) for an empty file, text that is not JSON
+    (deep nesting too) or JSON that is not an object. Never raises."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, 'it is empty' if not text.strip() else 'it is not JSON'
+    if not isinstance(data, dict):
+        return None, 'it is not a JSON object'
+    return data, None
+
+
 def in_range(value, limits, strings=False):
     """``value`` as a finite number within ``limits`` = (smallest, largest, smallest allowed itself), else None.
 
