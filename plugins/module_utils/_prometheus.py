@@ -15,9 +15,10 @@ unpacked, which is where the time goes).
 
 Anything that is not valid exposition raises ``ExpositionError`` with the line
 number and a short reason: an HTML error page, a truncated body, a bad label,
-a bad value, the same series twice, or a line longer than ``MAX_LINE``
+a bad value, the same series twice, a line longer than ``MAX_LINE``
 characters (no vLLM line comes near it; the cap bounds the work one line can
-cost).
+cost), or more than ``MAX_LINES`` lines (the cap bounds the work of a body of
+tiny lines: 16 MB of ``a 1`` is four million lines, half a minute of parsing).
 
 Cost is linear in the text and memory is bounded by the samples kept: lines
 are visited one at a time (``iter_samples``), and the label pattern is written
@@ -39,6 +40,9 @@ _ESCAPE_RE = re.compile(r'\\(.)', re.S)
 _ESCAPES = {'\\': '\\', '"': '"', 'n': '\n'}
 # The longest line of a real vLLM 0.32 exposition is about 1,400 characters.
 MAX_LINE = 65536
+# Real vLLM 0.32 writes about 630 lines (about 85 bytes each) per engine: a body of real lines at the 16 MB cap
+# of a read is about 200,000 lines.
+MAX_LINES = 500000
 
 # Numbers as the text format writes them; float() also accepts "nan",
 # "inf", "infinity" in any case, which the format allows as NaN, +Inf, -Inf.
@@ -151,6 +155,9 @@ def iter_samples(text, wanted=None):
 
     seen = set()
     for line_no, line in _lines(text):
+        if line_no > MAX_LINES:
+            raise ExpositionError(line_no, 'over %d lines: more than any vLLM writes (about 630 per engine)'
+                                  % MAX_LINES)
         if len(line) > MAX_LINE:
             raise ExpositionError(line_no, 'the line is over %d characters' % MAX_LINE, line)
         if not line or line.isspace():

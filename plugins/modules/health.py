@@ -169,8 +169,8 @@ options:
       - The largest C(/metrics) answer accepted, in bytes, after decompression; at most 64 MiB. A real C(/metrics)
         body is about 50 KB per engine. The JSON endpoints (C(/version), C(/v1/models), the probe's answer) are capped
         at 1 MiB or this, whichever is smaller.
-      - A larger answer gives V(unknown). Whatever arrives within the cap, the module stays under about 200 MB of
-        memory with the default.
+      - A larger answer gives V(unknown), and so does one of over 500,000 lines (real vLLM writes about 630 per
+        engine). Whatever arrives within the cap, the module stays under about 200 MB of memory with the default.
     type: int
     default: 16777216
   state_dir:

@@ -813,10 +813,11 @@ class Violations(object):
 # --------------------------------------------------------------------------- a module as a process
 
 class ModuleRun(object):
-    """A module run as a process: its result, output, time and peak RSS."""
+    """A module run as a process: its result, output, time (wall and CPU) and peak RSS."""
 
-    def __init__(self, result, stdout, stderr, seconds, max_rss_bytes, timed_out, returncode):
+    def __init__(self, result, stdout, stderr, seconds, max_rss_bytes, timed_out, returncode, cpu_seconds=None):
         self.result = result
+        self.cpu_seconds = cpu_seconds
         self.stdout = stdout
         self.stderr = stderr
         self.seconds = seconds
@@ -825,8 +826,8 @@ class ModuleRun(object):
         self.returncode = returncode
 
     def __repr__(self):
-        return '<ModuleRun rc=%s %.1fs rss=%.0fMB timed_out=%s stdout=%r stderr=%r>' % (
-            self.returncode, self.seconds, self.max_rss_bytes / 1e6, self.timed_out, self.stdout[:1500],
+        return '<ModuleRun rc=%s %.1fs (CPU %.1fs) rss=%.0fMB timed_out=%s stdout=%r stderr=%r>' % (
+            self.returncode, self.seconds, self.cpu_seconds or 0.0, self.max_rss_bytes / 1e6, self.timed_out, self.stdout[:1500],
             self.stderr[-1500:])
 
 
@@ -852,6 +853,7 @@ with open(spec['out'], 'wb') as out, open(spec['err'], 'wb') as err:
             break
         time.sleep(0.02)
 print(json.dumps({'max_rss': usage.ru_maxrss * 1024, 'seconds': time.monotonic() - started,
+                  'cpu_seconds': usage.ru_utime + usage.ru_stime,
                   'timed_out': timed_out, 'rc': os.waitstatus_to_exitcode(status)}))
 """
 
@@ -894,7 +896,8 @@ def run_module(module, args, workdir, timeout=60, env=None, address_space=6 * 10
         result = json.loads(stdout)
     except ValueError:
         pass
-    return ModuleRun(result, stdout, stderr, info['seconds'], info['max_rss'], info['timed_out'], info['rc'])
+    return ModuleRun(result, stdout, stderr, info['seconds'], info['max_rss'], info['timed_out'], info['rc'],
+                     info['cpu_seconds'])
 
 
 class Switch(object):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError, parse
+from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import MAX_LINES, ExpositionError, parse
 
 from tests.support.paths import FIXTURES
 
@@ -102,6 +102,21 @@ def test_invalid_inputs_raise_with_line_and_reason(text, reason):
         parse(text)
     assert reason in str(info.value)
     assert info.value.line_no >= 1
+
+
+def test_a_body_of_many_tiny_lines_is_refused_at_the_line_cap():
+    # 16 MB of "a1 1" lines would be four million samples (half a minute of parsing); the parser stops at the cap.
+    with pytest.raises(ExpositionError) as info:
+        parse(''.join('a%d 1\n' % i for i in range(MAX_LINES + 1)), {'b'})
+    assert info.value.line_no == MAX_LINES + 1 and 'over %d lines' % MAX_LINES in str(info.value)
+    assert info.value.line is None  # nothing of the body in the message
+    # The look-alike: as many lines of real vLLM as the 16 MB cap of a read holds (about 200,000) all parse.
+    with open(CAPTURES[0]) as handle:
+        real = [line for line in handle.read().splitlines() if line.startswith('vllm:')]
+    body = ''.join('%s{copy="%d"} 1\n' % (line.split('{')[0].split(' ')[0], i)
+                   for i in range(200000 // len(real) + 1) for line in real)
+    assert len(body) > 10 * 1000 * 1000
+    assert len(parse(body, {'vllm:num_requests_running'})) > 200
 
 
 def test_error_names_the_line():
