@@ -18,6 +18,7 @@ and restarted once at the first run past the limit. (The watch's restart of a re
 """
 
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -96,17 +97,24 @@ def wait_stepping(srv, before, busy=1.5, timeout=180.0):
 
 
 class BigPrompt(object):
-    """One completion of a prompt that is prefilled in one step, in a thread."""
+    """One completion of a prompt that is prefilled in one step, in a thread.
+
+    Each prompt is new words (its own seed): vLLM's prefix cache would serve a prompt it has seen from the blocks
+    of the last one, and the step would be short (on a loaded machine the first test's decoding request does not
+    evict them)."""
+
+    seeds = itertools.count(100)
 
     def __init__(self, srv):
         self.result = {}
+        self.prompt = long_prompt(PROMPT_TOKENS, seed=next(self.seeds))
         self.thread = threading.Thread(target=self._run, args=(srv,), daemon=True)
         self.started = time.monotonic()
         self.thread.start()
 
     def _run(self, srv):
         answer = requests.post(srv.url + "/v1/completions", timeout=900, json={
-            "model": SERVED_MODEL_NAME, "prompt": long_prompt(PROMPT_TOKENS), "max_tokens": 1})
+            "model": SERVED_MODEL_NAME, "prompt": self.prompt, "max_tokens": 1})
         self.result = {"status": answer.status_code, "seconds": time.monotonic() - self.started}
 
     def join(self):

@@ -25,6 +25,9 @@ import yaml
 from tests.support.paths import REPO
 
 SCRIPTS = os.path.join(REPO, 'scripts')
+# The venv (pip, 2.5 minutes) and two imports (35 s each) take several times as long when the other integration
+# workers load the machine (CI: over 600 s): each step keeps its own timeout below.
+pytestmark = pytest.mark.timeout(2400)
 # The release's URLs, as docs/release.md has them (a test value: the tarball stays in tmp_path).
 RELEASE = {'COLLECTION_REPOSITORY': 'https://git.example.com/platform/modelops-vllm',
            'COLLECTION_ISSUES': 'https://git.example.com/platform/modelops-vllm/issues'}
