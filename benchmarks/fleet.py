@@ -337,8 +337,10 @@ class MemorySampler(object):
 class FleetRun(object):
     """The outcome of one ansible-playbook run over a fleet."""
 
-    def __init__(self, approach, size, seconds, rc, stdout, stderr, outputs, memory, sessions=None, module_runs=None):
+    def __init__(self, approach, size, seconds, rc, stdout, stderr, outputs, memory, sessions=None, module_runs=None,
+                 profile=None):
         self.approach = approach
+        self.profile = profile or []
         self.size = size
         self.seconds = seconds
         self.rc = rc
@@ -387,20 +389,22 @@ class FleetRun(object):
 def run_fleet_playbook(playbook, inventory, args=(), workdir=None, timeout=1800, sample_memory=True,
                        extra_env=None):
     """Run ``ansible-playbook`` (default forks) over ``inventory``; returns
-    (seconds, rc, stdout, stderr, outputs, memory peak, module runs per host)."""
+    (seconds, rc, stdout, stderr, outputs, memory peak, module runs per host, task profile)."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="modelops-vllm-fleet-"))
     out_dir = workdir / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = workdir / "play.yml"
     path.write_text(playbook)
     counts = workdir / "module_runs.json"
+    profile = workdir / "task_profile.json"
     env = ansible_run.env(dict({
         "ANSIBLE_REMOTE_TMP": str(workdir / "remote-tmp"),
         "ANSIBLE_ASYNC_DIR": str(workdir / "async"),
         "ANSIBLE_LOCAL_TEMP": str(workdir / "local-tmp"),
         "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
-        "ANSIBLE_CALLBACKS_ENABLED": "module_runs",
+        "ANSIBLE_CALLBACKS_ENABLED": "module_runs,task_profile",
         "MODELOPS_MODULE_RUNS": str(counts),
+        "MODELOPS_TASK_PROFILE": str(profile),
     }, **(extra_env or {})))
     env.pop("ANSIBLE_FORKS", None)
     cmd = [ansible_run._bin("ansible-playbook"),  # pylint: disable=protected-access
@@ -424,7 +428,8 @@ def run_fleet_playbook(playbook, inventory, args=(), workdir=None, timeout=1800,
         except ValueError:
             outputs[item.name] = text
     runs = json.loads(counts.read_text()) if counts.exists() else {}
-    return seconds, proc.returncode, stdout, stderr, outputs, memory, runs
+    tasks = json.loads(profile.read_text()) if profile.exists() else []
+    return seconds, proc.returncode, stdout, stderr, outputs, memory, runs, tasks
 
 
 def check_fleet(fleet, approach, workdir=None, interval=5, sample_memory=True, args=(), pipelining=False,
@@ -442,11 +447,11 @@ def check_fleet(fleet, approach, workdir=None, interval=5, sample_memory=True, a
     inventory = fleet.inventory(workdir / "inventory.json", **inventory_kwargs)
     fleet.ssh.close_connections()
     mark = fleet.ssh.log_mark()
-    seconds, rc, stdout, stderr, outputs, memory, runs = run_fleet_playbook(
+    seconds, rc, stdout, stderr, outputs, memory, runs, tasks = run_fleet_playbook(
         playbook_text(approach), inventory, args=approach_args(approach, interval) + list(args), workdir=workdir,
         sample_memory=sample_memory, extra_env={"ANSIBLE_PIPELINING": "True" if pipelining else "False"})
     return FleetRun(approach, fleet.size, seconds, rc, stdout, stderr, outputs, memory,
-                    sessions=fleet.ssh.session_counts(mark), module_runs=runs)
+                    sessions=fleet.ssh.session_counts(mark), module_runs=runs, profile=tasks)
 
 
 # --------------------------------------------------------------------------------------- the benchmark
@@ -478,6 +483,31 @@ def markdown(rows, meta):
             "-" if row["right"] is None else "%d/%d" % (row["right"], row["hosts"]),
             "%.1f" % row["module_runs_per_host"], row["sessions_per_host"], row["tree_rss_mb"], row["tree_pss_mb"],
             row["load_before"], row["load_after"]))
+    return "\n".join(lines) + "\n"
+
+
+def profile_markdown(rows, meta):
+    """Each watchdog run's tasks: wall time, hosts that ran it, the sum and the slowest of the hosts' times."""
+    lines = ["# Where a watchdog pass's time goes, task by task (benchmarks/fleet.py)", "",
+             "%s; %d cores; ansible-core %s; forks 5; interval %s s. `wall`: from the task's start to the next "
+             "task's; `hosts`: results (skipped ones apart); `host s`: the sum of each host's time from its start to "
+             "its result, `per host` that sum over the hosts, `slowest`: the slowest host's."
+             % (meta["machine"], meta["cores"], meta["ansible"], meta["interval"]), ""]
+    for row in rows:
+        if row["approach"] not in ("role", "role-ctrl", "naive") or not row.get("profile"):
+            continue
+        lines += ["## %d hosts, pipelining %s, %s: %.1f s (load %.1f / %.1f)" % (
+            row["hosts"], row.get("pipelining", "off"), row["approach"], row["seconds"], row["load_before"],
+            row["load_after"]), "",
+            "| task | action | wall (s) | hosts | skipped | host s | per host (s) | slowest (s) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for task in row["profile"]:
+            lines.append("| %s | %s | %.2f | %d | %d | %.1f | %.3f | %.2f |" % (
+                task["task"].replace("|", "/"), task["action"].split(".")[-1], task["wall"], task["results"],
+                task["skipped"], task["host_seconds"], task["host_seconds"] / task["results"] if task["results"] else 0,
+                task["host_max"]))
+        lines.append("| total | | %.2f | | | | | |" % sum(t["wall"] for t in row["profile"]))
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -545,7 +575,9 @@ def main(argv=None):
                                "tree_rss_mb": _mb(mem.get("tree_rss_kb")), "tree_pss_mb": _mb(mem.get("tree_pss_kb")),
                                "tree_processes": mem.get("tree_processes"),
                                # other work on the machine skews wall times: the 1-minute load average around the run
-                               "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
+                               "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
+                               # where the time went, task by task (benchmarks/callback_plugins/task_profile.py)
+                               "profile": run.profile}
                         if approach == "ping":
                             ping = run.seconds
                         elif ping:
@@ -574,6 +606,7 @@ def main(argv=None):
     (out / ("%s.json" % args.name)).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     text = markdown(rows, meta)
     (out / ("%s.md" % args.name)).write_text(text)
+    (out / ("%s-profile.md" % args.name)).write_text(profile_markdown(rows, meta))
     print()
     print(text)
     return 1 if failed else 0
