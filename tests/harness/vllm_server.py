@@ -325,6 +325,10 @@ def start_completions(url: str, n: int, max_tokens: int, ignore_eos: bool = True
 
 _LIVE: "weakref.WeakSet[VllmServer]" = weakref.WeakSet()
 
+# A start takes about 65 s on the quiet 2-core machine and over 240 s while three other integration workers load it
+# (CI's first start, at load 9): the wait is vLLM's own for an engine to come up (VLLM_ENGINE_READY_TIMEOUT_S, 600 s).
+START_TIMEOUT = 600.0
+
 
 @atexit.register
 def _stop_all() -> None:
@@ -357,7 +361,7 @@ class VllmServer:
                  env: Optional[Mapping[str, str]] = None, api_key: Optional[str] = None,
                  api_server_count: int = 1, *, model_dir: Optional[os.PathLike] = None,
                  python: Optional[os.PathLike] = None, workdir: Optional[os.PathLike] = None,
-                 start_timeout: float = 240, pin: bool = True, dtype: str = "float32"):
+                 start_timeout: float = START_TIMEOUT, pin: bool = True, dtype: str = "float32"):
         if not 1 <= port <= 65535:
             raise ValueError(f"bad port {port}")
         self.port = port
