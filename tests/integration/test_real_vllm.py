@@ -461,8 +461,9 @@ class TestSmallBatchServer:
             prefilling = not load.done()
         assert prefilling, "the prefill ended before the check: make the prompt longer"
         assert result["state"] == "busy", result["reason"]
-        moved = result["evidence"]["moved"][0]["0"]
-        assert "vllm:kv_cache_usage_perc" in moved
+        # What moved in any wait of the check (on a loaded machine one 4-token step can outlast the first wait).
+        moved = set(name for wait in result["evidence"]["moved"] for name in (wait.get("0") or {}))
+        assert "vllm:kv_cache_usage_perc" in moved, result["evidence"]["moved"]
         assert "vllm:iteration_tokens_total_count" not in moved, "the step counter moved during a prefill"
         assert result["probe"]["sent"] is False
 
