@@ -214,6 +214,9 @@ class Client(object):
                 raise CheckError('the request to /%s could not be sent (%s)' % (path, type(exc).__name__))
             except rexc.RequestException as exc:
                 kind, message = _classify(exc)
+                if kind == 'timeout':
+                    # The words of the same event when the worker's join runs out first (a race on a loaded host).
+                    message = 'no answer in %s s' % round(timeout, 3)
                 return Fetched(error=kind, message=message)
             except _UNSENT as exc:
                 # Raised while the request was prepared or its headers encoded: nothing was sent, so
