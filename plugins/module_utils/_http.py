@@ -67,6 +67,11 @@ def connection_args():
     )
 
 
+def _no_answer(timeout):
+    """The words of a request that got no answer in ``timeout`` seconds, whichever timer ended it."""
+    return 'no answer in %s s' % round(timeout, 3)
+
+
 def _classify(exc):
     """Map a requests exception to a Fetched error kind and message."""
     from requests import exceptions as rexc  # pylint: disable=import-outside-toplevel
@@ -179,7 +184,7 @@ class Client(object):
                 # A status line and headers came back: the server (or something in front of it) answered.
                 return Fetched(error='incomplete', status=outcome['answered'], seconds=seconds,
                                message='the answer started but did not complete in %s s' % round(timeout, 3))
-            return Fetched(error='timeout', message='no answer in %s s' % round(timeout, 3), seconds=seconds)
+            return Fetched(error='timeout', message=_no_answer(timeout), seconds=seconds)
         if 'config_error' in outcome:
             raise CheckError(outcome['config_error'])
         fetched = outcome.get('fetched') or Fetched(error='client', message='the request ended without an answer')
@@ -215,8 +220,8 @@ class Client(object):
             except rexc.RequestException as exc:
                 kind, message = _classify(exc)
                 if kind == 'timeout':
-                    # The words of the same event when the worker's join runs out first (a race on a loaded host).
-                    message = 'no answer in %s s' % round(timeout, 3)
+                    # The socket's timeout, not the worker's join, ended it (a race on a loaded host): the same words.
+                    message = _no_answer(timeout)
                 return Fetched(error=kind, message=message)
             except _UNSENT as exc:
                 # Raised while the request was prepared or its headers encoded: nothing was sent, so
