@@ -72,6 +72,12 @@ def _no_answer(timeout):
     return 'no answer in %s s' % round(timeout, 3)
 
 
+def _incomplete(timeout):
+    """The words of an answer whose status line came back but whose body did not complete in ``timeout`` seconds,
+    whichever timer ended it (the worker's join, or the socket's own timeout while the body streamed)."""
+    return 'the answer started but did not complete in %s s' % round(timeout, 3)
+
+
 def _classify(exc):
     """Map a requests exception to a Fetched error kind and message."""
     from requests import exceptions as rexc  # pylint: disable=import-outside-toplevel
@@ -183,7 +189,7 @@ class Client(object):
             if outcome.get('answered'):
                 # A status line and headers came back: the server (or something in front of it) answered.
                 return Fetched(error='incomplete', status=outcome['answered'], seconds=seconds,
-                               message='the answer started but did not complete in %s s' % round(timeout, 3))
+                               message=_incomplete(timeout))
             return Fetched(error='timeout', message=_no_answer(timeout), seconds=seconds)
         if 'config_error' in outcome:
             raise CheckError(outcome['config_error'])
@@ -240,12 +246,12 @@ class Client(object):
                                        '%s server itself' % (display_url(target)[:200], self.profile.title))
                     url = target
                     continue
-                return self._read_body(response, text_only, max_bytes)
+                return self._read_body(response, text_only, max_bytes, timeout)
             finally:
                 response.close()
         return Fetched(error='redirect', message='more than %d redirects' % MAX_REDIRECTS)
 
-    def _read_body(self, response, text_only, max_bytes):
+    def _read_body(self, response, text_only, max_bytes, timeout):
         from requests import exceptions as rexc  # pylint: disable=import-outside-toplevel
         status = response.status_code
         ctype = response.headers.get('Content-Type', '')
@@ -266,6 +272,10 @@ class Client(object):
                 body += chunk
         except rexc.RequestException as exc:
             kind, message = _classify(exc)
+            if kind == 'timeout':
+                # The socket's timeout while the body streamed (the worker's join lost the race): what the join
+                # says of the same answer, kind included.
+                return Fetched(status=status, error='incomplete', message=_incomplete(timeout))
             return Fetched(status=status, error=kind, message=message)
         text = body.decode('utf-8', 'replace')
         del body

@@ -74,6 +74,20 @@ def silent(handler):
     time.sleep(3)
 
 
+def stall(handler):
+    """The status line, the headers and a little of the body, then nothing."""
+    handler.send_response(200)
+    handler.send_header('Content-Type', 'text/plain')
+    handler.send_header('Content-Length', str(len(METRICS)))
+    handler.end_headers()
+    try:
+        handler.wfile.write(METRICS[:100].encode())
+        handler.wfile.flush()
+        time.sleep(3)
+    except OSError:
+        pass
+
+
 def huge(handler):
     handler.send_response(200)
     handler.send_header('Content-Type', 'text/plain')
@@ -101,6 +115,7 @@ ROUTES = {
     '/v1/completions': completion,
     '/slow/metrics': silent,
     '/trickle/metrics': trickle,
+    '/stall/metrics': stall,
     '/huge/metrics': huge,
     '/html/metrics': lambda h: h._send(200, '<!DOCTYPE html><html><body>Login</body></html>', 'text/html'),
     '/big-declared/metrics': lambda h: h._send(200, 'x' * 5000),
@@ -156,6 +171,21 @@ def test_trickling_server_is_cut_off_at_the_deadline(server):
     # The status line and headers came back: an answer that did not complete, not a silent server.
     assert fetched.error == 'incomplete' and fetched.status == 200
     assert fetched.seconds < 3
+
+
+@pytest.mark.parametrize('route, error, status, words', [
+    ('/slow', 'timeout', None, 'no answer in 0.5 s'),  # nothing came back: the status line's phase
+    ('/stall', 'incomplete', 200, 'the answer started but did not complete in 0.5 s'),  # the body's phase
+])
+def test_an_answer_cut_off_in_time_is_said_the_same_whichever_timer_ends_it(server, route, error, status, words):
+    # Two timers end a request that takes too long: the worker's join (Client.request) and the socket's own timeout
+    # (inside the worker, Client._do). On a loaded host either may win; the kind, the status and the words must not
+    # depend on which did. The socket's path is taken here directly, so that the race cannot choose for the test.
+    client = Client(server + route, metrics_timeout=0.5)
+    by_join = client.metrics()
+    by_socket = client._do('GET', 'metrics', 0.5, None, False, None, True, 10 ** 6, {})  # pylint: disable=protected-access
+    for fetched in (by_join, by_socket):
+        assert (fetched.error, fetched.status, fetched.message) == (error, status, words), fetched.describe()
 
 
 def test_a_probe_answer_that_starts_but_never_completes_is_no_unanswered_probe(server):
