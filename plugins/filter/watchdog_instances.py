@@ -33,6 +33,7 @@ options:
     description:
       - With O(settings), return what is wrong (a list of sentences, empty when nothing is) instead of the instances,
         so that a task that must not show the instances (they may carry API keys) can fail with the sentences.
+      - What is wrong is then returned, never raised (instance names that are not unique, an instance that is not a dict).
     type: bool
     default: false
   settings:
@@ -99,11 +100,11 @@ def invalid(settings, instances):
 
 def watchdog_instances(instances, base, keys=None, settings=None, problems=False):
     if not isinstance(instances, (list, tuple)) or not isinstance(base, dict):
-        raise AnsibleFilterError('watchdog_instances expects a list of dicts and a dict of settings')
+        return _refuse(problems, 'watchdog_instances expects a list of dicts and a dict of settings')
     merged = []
     for item in instances or [{}]:
         if not isinstance(item, dict):
-            raise AnsibleFilterError('every instance must be a dict, got %s' % type(item).__name__)
+            return _refuse(problems, 'every instance must be a dict, got %s' % type(item).__name__)
         one = dict(base)
         one.update(item)
         if 'url' in item:
@@ -113,7 +114,7 @@ def watchdog_instances(instances, base, keys=None, settings=None, problems=False
         merged.append(one)
     names = [m.get('name') for m in merged]
     if 'name' in (keys or ['name']) and len(set(names)) != len(names):
-        raise AnsibleFilterError('instance names must be unique on a host: %s' % ', '.join(str(n) for n in names))
+        return _refuse(problems, 'instance names must be unique on a host: %s' % ', '.join(str(n) for n in names))
     if settings is not None:
         errors = invalid(settings, merged)
         if problems:
@@ -122,6 +123,14 @@ def watchdog_instances(instances, base, keys=None, settings=None, problems=False
             raise AnsibleFilterError('modelops.vllm.watchdog: invalid settings (see ansible-doc -t role '
                                      'modelops.vllm.watchdog): %s' % '; '.join(errors))
     return merged
+
+
+def _refuse(problems, message):
+    """With ``problems``, what is wrong is returned, never raised: the role works the instances out in a task that
+    hides its result (they may carry API keys), and says the problems in the next one."""
+    if problems:
+        return [message]
+    raise AnsibleFilterError(message)
 
 
 class FilterModule(object):

@@ -125,7 +125,7 @@ def role_options(role, roles_dir=ROLES_DIR):
     if key not in _SPECS:
         path = os.path.join(roles_dir, role, 'meta', 'argument_specs.yml')
         with open(path) as handle:
-            data = yaml.safe_load(handle) or {}
+            data = yaml.load(handle, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader)) or {}
         options = {}
         for entry in (data.get('argument_specs') or {}).values():
             options.update((entry or {}).get('options') or {})

@@ -345,6 +345,26 @@ def test_unknown_says_the_check_s_reason_and_the_streak_keeps_the_evidence(sim, 
     assert any('Uvicorn running' in line for line in evidence['logs']), evidence['logs']
 
 
+def test_a_check_that_cannot_start_on_the_host_is_unknown_with_the_check_s_own_words(sim, tmp_path):
+    # The background check's directory cannot be made (a file is in its way): the gate still runs, and each instance
+    # is unknown with the check's own message, not "the check gave no verdict". Nothing is restarted.
+    server = busy(sim)
+    state_dir = tmp_path / 'state'
+    state_dir.mkdir()
+    (state_dir / 'checks').write_text('a file where the directory of the checks goes\n')
+    standins = Standins(str(tmp_path), sim.base_url)
+    standins.write({'vllm': {'server': server['id'], 'state': 'running', 'started_at': time.time() - 7200}})
+    inv = inventory(tmp_path / 'inventory.yml', {'gb10-01': {'vllm_url': server['url']}},
+                    dict(FAST, vllm_watchdog_state_dir=str(state_dir)))
+    run = watchdog(inv, standins, workdir=tmp_path / 'run')
+    assert run.rc == 0, run
+    line = [one for one in run.stdout.splitlines() if one.startswith('gb10-01/vllm: ')]
+    assert len(line) == 1 and line[0].startswith('gb10-01/vllm: unknown (the background check could not start: '), run
+    assert 'watchdog: no action' in line[0], line
+    assert standins.restarts() == [], standins.calls()
+    assert [v['state'] for v in verdict_lines(str(state_dir), 'vllm')] == ['unknown']
+
+
 def test_down_that_stays_down_asks_a_human_with_the_service_s_log(sim, tmp_path):
     """A crash loop: systemd starts it again every few seconds, so every run sees a start inside the grace."""
     dead = servers.create(sim, 'down')

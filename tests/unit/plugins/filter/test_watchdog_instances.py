@@ -1,5 +1,7 @@
 """The watchdog_instances filter: the role's instances merged with its settings, and the role's preflight."""
 
+import re
+
 import pytest
 
 from ansible.errors import AnsibleFilterError
@@ -66,6 +68,23 @@ def test_bad_instances_are_a_clear_filter_error(instances, base, keys, message):
     with pytest.raises(AnsibleFilterError) as caught:
         watchdog_instances(instances, base, keys)
     assert str(caught.value) == message
+
+
+BAD_INSTANCES = [
+    (None, BASE, 'watchdog_instances expects a list of dicts and a dict of settings'),
+    ([], None, 'watchdog_instances expects a list of dicts and a dict of settings'),
+    (['chat'], BASE, 'every instance must be a dict, got str'),
+    ([{'name': 'a'}, {'name': 'a'}], BASE, 'instance names must be unique on a host: a, a'),
+]
+
+
+@pytest.mark.parametrize('instances, base, message', BAD_INSTANCES)
+def test_with_problems_what_is_wrong_is_returned_never_raised(instances, base, message):
+    # The role works the instances out in a set_fact that hides its result (API keys): an error raised there would
+    # have no message, so the problems come back as sentences for the next task to say.
+    assert watchdog_instances(instances, base, settings={}, problems=True) == [message]
+    with pytest.raises(AnsibleFilterError, match='^%s$' % re.escape(message)):
+        watchdog_instances(instances, base, settings={})
 
 
 def test_names_are_not_checked_when_the_keys_leave_them_out():
