@@ -63,7 +63,7 @@ def run_one(fleet, name, checkouts, pipelining, workdir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--a', required=True, help='checkout A (the code before)')
     parser.add_argument('--b', required=True, help='checkout B (the change)')
     parser.add_argument('--size', type=int, default=50)

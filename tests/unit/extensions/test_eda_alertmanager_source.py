@@ -61,15 +61,20 @@ def serve(plugin, args, exchange):
         task = asyncio.create_task(plugin["main"](queue, dict({"host": "127.0.0.1", "port": port}, **args)))
         url = "http://127.0.0.1:%d" % port
         async with aiohttp.ClientSession() as session:
-            for _try in range(200):
+            # Until it answers or main() ends; one that never answers fails here. Its start may take more than 4 s on
+            # a loaded machine: 200 tries of 20 ms refused a test beside two other test tiers.
+            deadline = asyncio.get_running_loop().time() + 120
+            while True:
                 if task.done():
                     task.result()  # raises what main() raised
+                assert asyncio.get_running_loop().time() < deadline, "the source never answered 200 on %s" % url
                 try:
                     async with session.get(url + "/") as resp:
                         if resp.status == 200:
                             break
                 except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.02)
+                    pass
+                await asyncio.sleep(0.02)
             result = await exchange(url, session)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
