@@ -67,31 +67,29 @@ def connection_args():
     )
 
 
-def _no_answer(timeout):
-    """The words of a request that got no answer in ``timeout`` seconds, whichever timer ended it."""
-    return 'no answer in %s s' % round(timeout, 3)
+def _timed_out(timeout, answered):
+    """What a request that ran out of time is, whichever timer ended it (the worker's join or the socket's own
+    timeout: they race, and on a loaded host either may win): ``timeout`` before a status line came back,
+    ``incomplete`` once one did (its status ``answered``)."""
+    if answered is None:
+        return 'timeout', 'no answer in %s s' % round(timeout, 3)
+    return 'incomplete', 'the answer started but did not complete in %s s' % round(timeout, 3)
 
 
-def _incomplete(timeout):
-    """The words of an answer whose status line came back but whose body did not complete in ``timeout`` seconds,
-    whichever timer ended it (the worker's join, or the socket's own timeout while the body streamed)."""
-    return 'the answer started but did not complete in %s s' % round(timeout, 3)
-
-
-def _classify(exc):
-    """Map a requests exception to a Fetched error kind and message."""
+def _classify(exc, timeout, answered=None):
+    """Map a requests exception to a Fetched error kind and message (``answered``: the status, once it came back)."""
     from requests import exceptions as rexc  # pylint: disable=import-outside-toplevel
     text = str(exc)
     if isinstance(exc, rexc.SSLError):
         return 'tls', text
     if isinstance(exc, (rexc.ConnectTimeout, rexc.ReadTimeout)):
-        return 'timeout', text
+        return _timed_out(timeout, answered)
     if isinstance(exc, (rexc.InvalidURL, rexc.MissingSchema, rexc.InvalidSchema)):
         raise CheckError('invalid url (%s)' % type(exc).__name__)
     if isinstance(exc, rexc.ConnectionError):
         lowered = text.lower()
         if 'read timed out' in lowered:
-            return 'timeout', text
+            return _timed_out(timeout, answered)
         if 'name or service not known' in lowered or 'nodename nor servname' in lowered \
                 or 'failed to resolve' in lowered or 'name resolution' in lowered:
             return 'refused', 'the host name does not resolve'
@@ -186,11 +184,9 @@ class Client(object):
         worker.join(timeout)
         seconds = self.clock() - started
         if worker.is_alive():
-            if outcome.get('answered'):
-                # A status line and headers came back: the server (or something in front of it) answered.
-                return Fetched(error='incomplete', status=outcome['answered'], seconds=seconds,
-                               message=_incomplete(timeout))
-            return Fetched(error='timeout', message=_no_answer(timeout), seconds=seconds)
+            # A status line and headers that came back mean the server (or something in front of it) answered.
+            kind, message = _timed_out(timeout, outcome.get('answered'))
+            return Fetched(error=kind, status=outcome.get('answered'), message=message, seconds=seconds)
         if 'config_error' in outcome:
             raise CheckError(outcome['config_error'])
         fetched = outcome.get('fetched') or Fetched(error='client', message='the request ended without an answer')
@@ -224,10 +220,7 @@ class Client(object):
             except (rexc.InvalidHeader, rexc.InvalidURL, rexc.MissingSchema, rexc.InvalidSchema) as exc:
                 raise CheckError('the request to /%s could not be sent (%s)' % (path, type(exc).__name__))
             except rexc.RequestException as exc:
-                kind, message = _classify(exc)
-                if kind == 'timeout':
-                    # The socket's timeout, not the worker's join, ended it (a race on a loaded host): the same words.
-                    message = _no_answer(timeout)
+                kind, message = _classify(exc, timeout)
                 return Fetched(error=kind, message=message)
             except _UNSENT as exc:
                 # Raised while the request was prepared or its headers encoded: nothing was sent, so
@@ -271,11 +264,7 @@ class Client(object):
                                    message='the body is over the cap of %d bytes' % max_bytes)
                 body += chunk
         except rexc.RequestException as exc:
-            kind, message = _classify(exc)
-            if kind == 'timeout':
-                # The socket's timeout while the body streamed (the worker's join lost the race): what the join
-                # says of the same answer, kind included.
-                return Fetched(status=status, error='incomplete', message=_incomplete(timeout))
+            kind, message = _classify(exc, timeout, answered=status)
             return Fetched(status=status, error=kind, message=message)
         text = body.decode('utf-8', 'replace')
         del body

@@ -56,11 +56,16 @@ class Handler(BaseHTTPRequestHandler):
         return route(self)
 
 
-def trickle(handler):
+def _metrics_head(handler):
+    """The status line and headers of a whole capture, none of its body yet."""
     handler.send_response(200)
     handler.send_header('Content-Type', 'text/plain')
     handler.send_header('Content-Length', str(len(METRICS)))
     handler.end_headers()
+
+
+def trickle(handler):
+    _metrics_head(handler)
     try:
         for char in METRICS[:200]:
             handler.wfile.write(char.encode())
@@ -76,10 +81,7 @@ def silent(handler):
 
 def stall(handler):
     """The status line, the headers and a little of the body, then nothing."""
-    handler.send_response(200)
-    handler.send_header('Content-Type', 'text/plain')
-    handler.send_header('Content-Length', str(len(METRICS)))
-    handler.end_headers()
+    _metrics_head(handler)
     try:
         handler.wfile.write(METRICS[:100].encode())
         handler.wfile.flush()
