@@ -433,10 +433,12 @@ def run_fleet_playbook(playbook, inventory, args=(), workdir=None, timeout=1800,
 
 
 def check_fleet(fleet, approach, workdir=None, interval=5, sample_memory=True, args=(), pipelining=False,
-                **inventory_kwargs):
+                checkout=None, **inventory_kwargs):
     """Run one approach over ``fleet``; returns a :class:`FleetRun`. ``args``: more ansible-playbook
-    arguments; ``pipelining``: Ansible's (ANSIBLE_PIPELINING); ``inventory_kwargs``: ``extra_host_vars`` and
-    ``extra_groups`` of :meth:`Fleet.inventory`."""
+    arguments; ``pipelining``: Ansible's (ANSIBLE_PIPELINING); ``checkout``: another checkout of the collection
+    whose watchdog playbook and collection (its ``.cache/collections``) run instead of this one's
+    (benchmarks/fleet_ab.py); ``inventory_kwargs``: ``extra_host_vars`` and ``extra_groups`` of
+    :meth:`Fleet.inventory`."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="modelops-vllm-fleet-"))
     workdir.mkdir(parents=True, exist_ok=True)
     if approach in ("role", "role-ctrl"):
@@ -447,9 +449,15 @@ def check_fleet(fleet, approach, workdir=None, interval=5, sample_memory=True, a
     inventory = fleet.inventory(workdir / "inventory.json", **inventory_kwargs)
     fleet.ssh.close_connections()
     mark = fleet.ssh.log_mark()
+    text = playbook_text(approach)
+    extra_env = {"ANSIBLE_PIPELINING": "True" if pipelining else "False"}
+    if checkout:
+        root = Path(checkout).resolve()
+        text = text.replace(str(WATCHDOG_PLAYBOOK), str(root / "playbooks" / "watchdog.yml"))
+        extra_env["ANSIBLE_COLLECTIONS_PATH"] = str(root / ".cache" / "collections")
     seconds, rc, stdout, stderr, outputs, memory, runs, tasks = run_fleet_playbook(
-        playbook_text(approach), inventory, args=approach_args(approach, interval) + list(args), workdir=workdir,
-        sample_memory=sample_memory, extra_env={"ANSIBLE_PIPELINING": "True" if pipelining else "False"})
+        text, inventory, args=approach_args(approach, interval) + list(args), workdir=workdir,
+        sample_memory=sample_memory, extra_env=extra_env)
     return FleetRun(approach, fleet.size, seconds, rc, stdout, stderr, outputs, memory,
                     sessions=fleet.ssh.session_counts(mark), module_runs=runs, profile=tasks)
 

@@ -39,27 +39,12 @@ def order(pair, runs):
 
 def run_one(fleet, name, checkouts, pipelining, workdir):
     approach = 'role' if name in checkouts else name
-    env = {'ANSIBLE_PIPELINING': 'True' if pipelining else 'False'}
-    text = bench.playbook_text(approach)
-    if name in checkouts:
-        root = Path(checkouts[name]).resolve()
-        env['ANSIBLE_COLLECTIONS_PATH'] = str(root / '.cache' / 'collections')
-        text = text.replace(str(bench.WATCHDOG_PLAYBOOK), str(root / 'playbooks' / 'watchdog.yml'))
-        inventory = fleet.inventory(workdir / 'inventory.json',
-                                    extra_host_vars=bench.role_host_vars(fleet, workdir / 'state', fleet.sim.base_url))
-    else:
-        inventory = fleet.inventory(workdir / 'inventory.json')
-    fleet.ssh.close_connections()
     before = _load()
-    seconds, rc, stdout, stderr, outputs, memory, runs, tasks = bench.run_fleet_playbook(
-        text, inventory, args=bench.approach_args(approach, 5), workdir=workdir, sample_memory=False, extra_env=env)
-    wrong = None
-    if approach != 'ping':
-        result = bench.FleetRun(approach, fleet.size, seconds, rc, stdout, stderr, outputs, memory, module_runs=runs,
-                                profile=tasks)
-        wrong = result.wrong(fleet.expected)
-    return {'run': name, 'seconds': round(seconds, 1), 'rc': rc, 'wrong': wrong, 'load_before': before,
-            'load_after': _load(), 'tail': (stdout + stderr)[-1500:] if rc else ''}
+    run = bench.check_fleet(fleet, approach, workdir=workdir, sample_memory=False, pipelining=pipelining,
+                            checkout=checkouts.get(name))
+    return {'run': name, 'seconds': round(run.seconds, 1), 'rc': run.rc,
+            'wrong': None if approach == 'ping' else run.wrong(fleet.expected), 'load_before': before,
+            'load_after': _load(), 'tail': (run.stdout + run.stderr)[-1500:] if run.rc else ''}
 
 
 def main(argv=None):
