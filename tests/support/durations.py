@@ -5,7 +5,10 @@ integration, the version tier's unit). It writes ``.cache/durations/<tier>.json`
 ``MODELOPS_DURATIONS``): each test's setup, call and teardown seconds, outcome and xdist worker, each
 file's total, the run's wall time and the machine's load average at its start and end (the machine is
 shared: a time means little without the load beside it). At the end it prints the slowest tests and the
-slowest files. ``MODELOPS_DURATIONS_TOP`` sets how many (default 15).
+slowest files. ``MODELOPS_DURATIONS_TOP`` sets how many (default 15). What went wrong is kept too
+(``problems``: each failed or erroring test, collection error, internal error or interruption, with the last
+line of its report), so that ``scripts/run-tiers.sh`` can name them at the end of ``make test``, where CI's
+log is cut.
 
 Under pytest-xdist the controller writes the file (the workers send it their reports).
 """
@@ -33,6 +36,15 @@ def _nodeid(report):
     return nodeid[:nodeid.rfind('@')] if nodeid.rfind('@') > nodeid.rfind(']') else nodeid
 
 
+def _crash(report):
+    """The line that says why a report failed: its crash's message (first line) where pytest has one."""
+    crash = getattr(report.longrepr, 'reprcrash', None)
+    message = (getattr(crash, 'message', None) or '').strip()
+    if message:
+        return '%s:%s: %s' % (os.path.basename(str(crash.path)), crash.lineno, message.splitlines()[0])
+    return report.longreprtext
+
+
 class Durations:
     def __init__(self, config, path, tier):
         self.config = config
@@ -41,6 +53,11 @@ class Durations:
         self.tests = {}
         self.started = time.time()
         self.load_start = os.getloadavg()
+        self.problems = []
+
+    def _problem(self, nodeid, when, text):
+        lines = [line.strip() for line in (text or '').splitlines() if line.strip()]
+        self.problems.append({'nodeid': nodeid, 'when': when, 'line': (lines[0] if lines else '')[:300]})
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report):
@@ -50,9 +67,21 @@ class Durations:
             entry[report.when] += report.duration
         if report.failed:
             entry['outcome'] = 'failed' if report.when == 'call' else 'error'
+            self._problem(_nodeid(report), report.when, _crash(report))
         elif report.skipped and entry['outcome'] == 'passed':
             entry['outcome'] = 'skipped'
         entry['total'] = round(entry['setup'] + entry['call'] + entry['teardown'], 3)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self._problem(report.nodeid or '(collection)', 'collect', _crash(report))
+
+    def pytest_internalerror(self, excrepr):
+        self._problem('(pytest)', 'internal error', str(excrepr))
+
+    def pytest_keyboard_interrupt(self, excinfo):
+        self._problem('(pytest)', 'interrupted', excinfo.exconly())
 
     def files(self):
         out = {}
@@ -72,6 +101,8 @@ class Durations:
             'load_average_start': [round(x, 2) for x in self.load_start],
             'load_average_end': [round(x, 2) for x in os.getloadavg()],
             'exit_status': int(session.exitstatus),
+            'stopped': str(session.shouldstop or session.shouldfail or ''),
+            'problems': self.problems,
             'test_seconds': round(sum(e['total'] for e in self.tests.values()), 1),
             'files': {k: round(v, 1) for k, v in self.files().items()},
             'tests': dict(sorted(self.tests.items(), key=lambda kv: -kv[1]['total'])),
