@@ -33,8 +33,10 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS_DIR)
 # directory; keep the log readable.
 PIP_NOISE := is ignored: it is neither a file nor a directory
 
-# Order of `make test`: fast, self-contained tiers first.
-TIERS := lint unit build sanity molecule versions integration
+# `make test`: two lanes at once (scripts/run-tiers.sh; "+" starts a lane). The integration tier mostly waits
+# (check intervals, servers starting: both cores about half idle) and is the longest; the other tiers run one after
+# the other beside it, fast and self-contained ones first.
+TIERS := integration + lint unit build sanity molecule versions
 # `make check`, the developer's inner loop: these at once.
 CHECK_TIERS := lint unit sanity smoke
 
@@ -44,7 +46,7 @@ UNIT_WORKERS ?= 3
 INTEGRATION_WORKERS ?= 4
 xdist = $(if $(filter-out 0,$(1)),-n $(1) $(2))
 
-.PHONY: help venv lock lock-versions collection-link lint sanity unit integration molecule smoke versions build test check demo try try-stop clean distclean
+.PHONY: help venv lock lock-versions collection-link packages lint sanity unit integration molecule smoke versions build test check demo try try-stop clean distclean
 
 help:
 	@echo 'User-facing:'
@@ -127,11 +129,7 @@ unit: $(STAMP) collection-link
 
 integration: $(STAMP) collection-link
 	@echo '== integration: pytest tests/integration'
-	scripts/ensure-nginx.sh
-	scripts/ensure-prometheus.sh
-	scripts/ensure-eda.sh
-	scripts/ensure-sshd.sh
-	scripts/ensure-tools.sh
+	$(MAKE) --no-print-directory packages
 	scripts/pytest-tier.sh integration tests/integration $(call xdist,$(INTEGRATION_WORKERS),--dist loadgroup --no-loadscope-reorder)
 
 sanity: $(STAMP)
@@ -157,7 +155,16 @@ smoke: $(STAMP) collection-link
 
 # ------------------------------------------------------------ user commands
 
-test: $(STAMP)
+# The Debian packages of every tier, installed before the lanes start: apt installs one at a time.
+packages:
+	scripts/ensure-nginx.sh
+	scripts/ensure-prometheus.sh
+	scripts/ensure-eda.sh
+	scripts/ensure-sshd.sh
+	scripts/ensure-tools.sh
+	scripts/ensure-tools.sh shellcheck
+
+test: $(STAMP) collection-link packages
 	scripts/run-tiers.sh $(TIERS)
 
 # Not what CI runs: a quick look before a commit (`make test` is all of it).

@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
-# Run the given make tiers, keep going after a failure, print a summary (each tier's time and the machine's
-# 1-minute load average at its start and end: the machine is shared, a time means little without it; also
+# Run the given make tiers, keep going after a failure, print a summary (each tier's time, the machine's
+# 1-minute load average at its start and end and how busy both cores were meanwhile: the machine is shared,
+# a time means little without it; also
 # kept in .cache/durations/test-tiers.txt, or check-tiers.txt) and exit non-zero if any tier failed. Each pytest tier keeps every
 # test's time in .cache/durations/ too, and what went wrong in it: after the summary, every pytest run of this
 # run that did not pass is named with its failed tests (CI keeps the end of the log only).
 #
-# usage: scripts/run-tiers.sh TIER...        one after the other (FAIL_FAST=1 stops at the first failure)
+# usage: scripts/run-tiers.sh TIER...        one after the other, output as it comes (FAIL_FAST=1 stops at
+#                                            the first failure)
+#        scripts/run-tiers.sh TIER... + TIER...
+#                                            lanes at once (`make test`): each "+" starts another lane, whose
+#                                            tiers run one after the other beside the other lanes; each tier's
+#                                            output in .cache/tiers/TIER.log, the end of a failed tier's log
+#                                            printed (FAIL_FAST=1 stops a lane at its first failure)
 #        PARALLEL=1 scripts/run-tiers.sh TIER...
-#                                            all at once (`make check`), each tier's output in
-#                                            .cache/tiers/TIER.log, the end of a failed tier's log printed
+#                                            every tier a lane of its own (`make check`)
 set -uo pipefail
 
 make_cmd="${MAKE:-make}"
 declare -a names=() results=() durations=() loads=()
 failed=0
 load1() { cut -d' ' -f1 /proc/loadavg; }
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }  # busy total
+cpu_busy() {  # "BUSY TOTAL" at the start: the share of both cores busy since then, in %
+    local busy0 total0 busy1 total1
+    read -r busy0 total0 <<<"$1"
+    read -r busy1 total1 <<<"$(cpu_ticks)"
+    echo "$(( (busy1 - busy0) * 100 / ((total1 - total0) > 0 ? (total1 - total0) : 1) ))"
+}
 total_start=${SECONDS}
-mkdir -p .cache/durations
+total_cpu="$(cpu_ticks)"
+mkdir -p .cache/durations .cache/tiers
 run_stamp=".cache/durations/.run-started"
 touch "${run_stamp}"
 
@@ -32,53 +46,97 @@ record() {  # TIER RC SECONDS LOADS
     fi
 }
 
-if [[ "${PARALLEL:-0}" == 1 ]]; then
-    mkdir -p .cache/tiers
-    declare -A pids=()
+run_tier() {  # TIER [LOG]: make TIER (into LOG if given), then "RC SECONDS LOAD-START LOAD-END CPU%" on stdout's last line
+    local tier="$1" log="${2:-}" start=${SECONDS} load_start cpu_start rc
     load_start="$(load1)"
-    for tier in "$@"; do
+    cpu_start="$(cpu_ticks)"
+    if [[ -n "${log}" ]]; then
+        "${make_cmd}" --no-print-directory "${tier}" >"${log}" 2>&1
+    else
+        "${make_cmd}" --no-print-directory "${tier}"
+    fi
+    rc=$?
+    echo "${rc} $((SECONDS - start)) ${load_start} $(load1) $(cpu_busy "${cpu_start}")" >".cache/tiers/${tier}.result"
+    return "${rc}"
+}
+
+# Lanes: the arguments split at each "+"; a lane runs its tiers one after the other, the lanes run at once.
+# PARALLEL=1 makes every tier a lane of its own.
+declare -a lanes=()
+lane=""
+for arg in "$@"; do
+    if [[ "${arg}" == "+" ]]; then
+        lanes+=("${lane}")
+        lane=""
+    elif [[ "${PARALLEL:-0}" == 1 && -n "${lane}" ]]; then
+        lanes+=("${lane}")
+        lane="${arg}"
+    else
+        lane="${lane:+${lane} }${arg}"
+    fi
+done
+lanes+=("${lane}")
+declare -a order=()
+for lane in "${lanes[@]}"; do
+    for tier in ${lane}; do
+        order+=("${tier}")
+        rm -f ".cache/tiers/${tier}.result"
+    done
+done
+
+finish() {  # TIER: record its result; a failed tier's log's end is printed when the lanes ran at once
+    local tier="$1" rc seconds load_start load_end cpu
+    if [[ ! -f ".cache/tiers/${tier}.result" ]]; then
+        return  # not run (FAIL_FAST)
+    fi
+    read -r rc seconds load_start load_end cpu <".cache/tiers/${tier}.result"
+    record "${tier}" "${rc}" "${seconds}" "${load_start} -> ${load_end}, cpu ${cpu} %"
+    if [[ ${rc} -ne 0 && ${#lanes[@]} -gt 1 ]]; then
+        echo
+        echo "######## make ${tier} FAILED: the end of .cache/tiers/${tier}.log"
+        tail -n 60 ".cache/tiers/${tier}.log"
+    fi
+}
+
+if [[ ${#lanes[@]} -gt 1 ]]; then
+    declare -a pids=()
+    for lane in "${lanes[@]}"; do
         (
-            start=${SECONDS}
-            "${make_cmd}" --no-print-directory "${tier}" >".cache/tiers/${tier}.log" 2>&1
-            rc=$?
-            echo "${rc} $((SECONDS - start)) $(load1)" >".cache/tiers/${tier}.result"
-            exit "${rc}"
+            for tier in ${lane}; do
+                echo "######## make ${tier} started $(date '+%H:%M:%S') (output in .cache/tiers/${tier}.log)"
+                run_tier "${tier}" ".cache/tiers/${tier}.log"
+                rc=$?
+                echo "######## make ${tier} $([[ ${rc} -eq 0 ]] && echo ok || echo "FAILED (exit ${rc})") $(date '+%H:%M:%S')"
+                if [[ ${rc} -ne 0 && "${FAIL_FAST:-0}" == 1 ]]; then
+                    break
+                fi
+            done
         ) &
-        pids[${tier}]=$!
-        echo "######## make ${tier} (output in .cache/tiers/${tier}.log)"
+        pids+=($!)
     done
-    for tier in "$@"; do
-        wait "${pids[${tier}]}"
-        read -r rc seconds load_end <".cache/tiers/${tier}.result"
-        record "${tier}" "${rc}" "${seconds}" "${load_start} -> ${load_end}"
-        if [[ ${rc} -ne 0 ]]; then
-            echo
-            echo "######## make ${tier} FAILED: the end of .cache/tiers/${tier}.log"
-            tail -n 60 ".cache/tiers/${tier}.log"
-        fi
-    done
+    wait "${pids[@]}"
 else
-    for tier in "$@"; do
+    for tier in "${order[@]}"; do
         echo
         echo "######## make ${tier}"
-        start=${SECONDS}
-        load_start="$(load1)"
-        "${make_cmd}" --no-print-directory "${tier}"
+        run_tier "${tier}"
         rc=$?
-        record "${tier}" "${rc}" "$((SECONDS - start))" "${load_start} -> $(load1)"
         if [[ ${rc} -ne 0 && "${FAIL_FAST:-0}" == 1 ]]; then
             break
         fi
     done
 fi
+for tier in "${order[@]}"; do
+    finish "${tier}"
+done
 
 summary() {
-    echo "######## make ${MAKE_GOAL_NAME:-test} summary ($(date '+%Y-%m-%d %H:%M'), $(nproc) cores$([[ "${PARALLEL:-0}" == 1 ]] && echo ', tiers at once'))"
-    printf '  %-12s %-18s %6s  %s\n' tier result time 'load average (1 min) at start -> end'
+    echo "######## make ${MAKE_GOAL_NAME:-test} summary ($(date '+%Y-%m-%d %H:%M'), $(nproc) cores$([[ ${#lanes[@]} -gt 1 ]] && echo ", lanes at once: $(IFS='|'; echo "${lanes[*]}")"))"
+    printf '  %-12s %-18s %6s  %s\n' tier result time 'load average (1 min) at start -> end, both cores busy'
     for i in "${!names[@]}"; do
         printf '  %-12s %-18s %5ss  %s\n' "${names[$i]}" "${results[$i]}" "${durations[$i]}" "${loads[$i]}"
     done
-    printf '  %-12s %-18s %5ss\n' total '' "$((SECONDS - total_start))"
+    printf '  %-12s %-18s %5ss  cpu %s %%\n' total '' "$((SECONDS - total_start))" "$(cpu_busy "${total_cpu}")"
 }
 # The pytest runs (tiers and the version tier's) of this run that did not pass, and what failed in them.
 problems() {
