@@ -1,7 +1,8 @@
 """Fixtures of the simulator's tests: one simulator process per test session.
 
-Ports: the simulator allocates its control port and every server port from
-19000-19599 (the simulator-tests block of tests/support/ports.py) (loopback only), skipping ports that are taken.
+Ports: the simulator allocates its control port and every server port from this pytest-xdist worker's share of
+19000-19599 (the simulator-tests block of tests/support/ports.py; simhelpers.worker_port_range) (loopback only),
+skipping ports that are taken.
 """
 
 import pytest

@@ -1,17 +1,34 @@
 """Helpers shared by the simulator tests (parsing /metrics with prometheus_client)."""
 
+import os
 from pathlib import Path
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import paths
-from tests.support.ports import span
+from tests.support.ports import block
+
+
+def worker_port_range(name="simulator-tests", environ=None):
+    """This pytest-xdist worker's share of the port block ``name``, as ``"first-last"``: each worker has a
+    simulator of its own, and a simulator takes any free port of its range. On a shared range a server that
+    restarts frees its port for a moment, another worker's simulator could take it, and the test's next request
+    reached a server of another test (test_restart_resets_counters_and_start_time failed so: its /health
+    answered during the restart)."""
+    environ = os.environ if environ is None else environ
+    first, last = block(name)
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) if worker else 1
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    size = (last - first + 1) // max(count, 1)
+    lo = first + index * size
+    return "%d-%d" % (lo, lo + size - 1)
 
 
 REPO = Path(paths.REPO)
 FIXTURES = Path(paths.FIXTURES)   # real captures, kept in the repository
-PORT_RANGE = span("simulator-tests")   # loopback ports these tests may use
+PORT_RANGE = worker_port_range()   # loopback ports these tests may use: this worker's share of its block
 
 
 def families(text):

@@ -6,7 +6,8 @@ import time
 import pytest
 import requests
 
-from simhelpers import progress_view, samples, scrape, value
+from simhelpers import progress_view, samples, scrape, value, worker_port_range
+from tests.support.ports import block
 
 BIG = 10_000_000  # max_tokens that never finish during a test (load generator)
 LONG_HTTP = 30_000  # the same over HTTP, within max_model_len
@@ -359,3 +360,15 @@ def test_mfu_counters_move_during_prefill(sim):
     b = scrape(server)
     assert value(b, "vllm:estimated_flops_per_gpu_total") > value(a, "vllm:estimated_flops_per_gpu_total")
     assert value(b, "vllm:iteration_tokens_total_count") == 0.0
+
+
+def test_each_xdist_worker_has_ports_no_other_worker_takes():
+    """A restarting server frees its port for a moment: no other worker's simulator may take it."""
+    first, last = block("simulator-tests")
+    for count in (1, 2, 3, 4):
+        ranges = [worker_port_range(environ={"PYTEST_XDIST_WORKER": "gw%d" % i, "PYTEST_XDIST_WORKER_COUNT": str(count)})
+                  for i in range(count)]
+        ports = [set(range(int(r.split("-")[0]), int(r.split("-")[1]) + 1)) for r in ranges]
+        assert all(first <= min(p) and max(p) <= last and len(p) >= 100 for p in ports), ranges
+        assert sum(len(p) for p in ports) == len(set().union(*ports)), ranges   # disjoint
+    assert worker_port_range(environ={}) == "%d-%d" % (first, last)   # without xdist: all of it
