@@ -17,7 +17,7 @@ description:
     verdict; an instance without one gets V(unknown) with O(missing).
 options:
   _input:
-    description: The host's instances (the role's C(_vllm_watchdog_instances)).
+    description: The host's instances (the role's C(_vllm_watchdog_plan.instances)).
     type: list
     elements: dict
     required: true
@@ -37,7 +37,7 @@ EXAMPLES = r'''
 - name: Decide
   modelops.vllm.watchdog_gate:
     state_dir: /var/lib/vllm-watchdog
-    instances: "{{ _vllm_watchdog_instances | modelops.vllm.watchdog_gate_instances(inventory_hostname, fleet.servers) }}"
+    instances: "{{ _vllm_watchdog_plan.instances | modelops.vllm.watchdog_gate_instances(inventory_hostname, fleet.servers) }}"
 '''
 
 RETURN = r'''

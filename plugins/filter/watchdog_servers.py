@@ -13,8 +13,8 @@ version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
   - Takes host names and returns one server per host and instance for M(modelops.vllm.health)'s
-    O(modelops.vllm.health#module:servers), from each host's C(_vllm_watchdog_instances) (the instances the
-    P(modelops.vllm.watchdog#role) role has merged for it). Each server is named C(<host>/<instance>).
+    O(modelops.vllm.health#module:servers), from each host's C(_vllm_watchdog_plan.instances) (the instances
+    the P(modelops.vllm.watchdog#role) role has merged for it in its preflight). Each server is named C(<host>/<instance>).
   - Used by the role when C(vllm_watchdog_check_on_controller) is true, so that one module run checks the whole play.
 options:
   _input:
@@ -55,7 +55,8 @@ KEYS = ('url', 'kind', 'api_key', 'model')
 def watchdog_servers(hosts, hostvars):
     servers = []
     for host, variables in each_host(hosts, hostvars, 'watchdog_servers'):
-        instances = variables.get('_vllm_watchdog_instances') or []
+        plan = variables.get('_vllm_watchdog_plan')
+        instances = (plan.get('instances') if isinstance(plan, Mapping) else None) or []
         for instance in instances:
             if not isinstance(instance, Mapping) or not instance.get('name'):
                 raise AnsibleFilterError('watchdog_servers: every instance of %s is a dict with a name' % host)

@@ -12,7 +12,7 @@ SECRET = 'sk-NEVER-SHOWN-0123456789'
 
 
 def merged(*instances):
-    return {'_vllm_watchdog_instances': list(instances)}
+    return {'_vllm_watchdog_plan': {'problems': [], 'instances': list(instances)}}
 
 
 def test_the_filter_module_offers_exactly_this_filter():
@@ -24,7 +24,10 @@ def test_the_filter_module_offers_exactly_this_filter():
     # A host without merged instances (the role did not run there) gives no server.
     (['h'], {'h': {}}, []),
     (['h'], {'h': merged()}, []),
-    (['h'], {'h': {'_vllm_watchdog_instances': None}}, []),
+    (['h'], {'h': {'_vllm_watchdog_plan': None}}, []),
+    (['h'], {'h': {'_vllm_watchdog_plan': 'not a plan'}}, []),
+    # A host whose preflight found a problem has no instances in its plan.
+    (['h'], {'h': {'_vllm_watchdog_plan': {'problems': ['vllm_watchdog_instances[0] has no name']}}}, []),
     # Only url, kind, api_key and model are kept, and only when set; the name is host/instance.
     (['h'], {'h': merged({'name': 'chat', 'url': 'http://127.0.0.1:8000', 'kind': 'backend', 'api_key': SECRET,
                           'model': 'tiny', 'service': 'vllm', 'restart_method': 'systemd', 'url_is_default': True})},
