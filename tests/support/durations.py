@@ -2,7 +2,9 @@
 
 ``scripts/pytest-tier.sh`` loads it (``-p tests.support.durations``) for every pytest tier (unit,
 integration, the version tier's unit). It writes ``.cache/durations/<tier>.json`` (or the file named by
-``MODELOPS_DURATIONS``): each test's setup, call and teardown seconds, outcome and xdist worker, each
+``MODELOPS_DURATIONS``): each test's setup, call and teardown seconds, its CPU seconds (``cpu``: its
+worker's own and that of the processes the worker reaped meanwhile, such as ``ansible-playbook`` runs and
+servers stopped; a server of a class or module is counted where it is stopped), outcome and xdist worker, each
 file's total, the run's wall time and the machine's load average at its start and end (the machine is
 shared: a time means little without the load beside it). At the end it prints the slowest tests and the
 slowest files. ``MODELOPS_DURATIONS_TOP`` sets how many (default 15). What went wrong is kept too
@@ -15,6 +17,7 @@ Under pytest-xdist the controller writes the file (the workers send it their rep
 
 import json
 import os
+import resource
 import time
 
 import pytest
@@ -45,6 +48,45 @@ def _crash(report):
     return report.longreprtext
 
 
+def _cpu_seconds():
+    """CPU seconds of this process and of every child it has reaped (user + system)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _measured(item, when):
+    start = _cpu_seconds()
+    yield
+    item.stash.setdefault(_CPU, {})[when] = _cpu_seconds() - start
+
+
+_CPU = pytest.StashKey()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _measured(item, 'setup')
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield from _measured(item, 'call')
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    yield from _measured(item, 'teardown')
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's CPU seconds ride on its report (user_properties cross from an xdist worker to the controller)."""
+    outcome = yield
+    seconds = item.stash.get(_CPU, {}).get(call.when)
+    if seconds is not None:
+        outcome.get_result().user_properties.append(('cpu_seconds', round(seconds, 3)))
+
+
 class Durations:
     def __init__(self, config, path, tier):
         self.config = config
@@ -61,10 +103,12 @@ class Durations:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report):
-        entry = self.tests.setdefault(_nodeid(report), {'setup': 0.0, 'call': 0.0, 'teardown': 0.0,
+        entry = self.tests.setdefault(_nodeid(report), {'setup': 0.0, 'call': 0.0, 'teardown': 0.0, 'cpu': 0.0,
                                                         'outcome': 'passed', 'worker': _worker(report)})
         if report.when in _PHASES:
             entry[report.when] += report.duration
+            entry['cpu'] = round(entry['cpu'] + sum(value for key, value in report.user_properties
+                                                    if key == 'cpu_seconds'), 3)
         if report.failed:
             entry['outcome'] = 'failed' if report.when == 'call' else 'error'
             self._problem(_nodeid(report), report.when, _crash(report))
@@ -83,11 +127,11 @@ class Durations:
     def pytest_keyboard_interrupt(self, excinfo):
         self._problem('(pytest)', 'interrupted', excinfo.exconly())
 
-    def files(self):
+    def files(self, key='total'):
         out = {}
         for nodeid, entry in self.tests.items():
             name = nodeid.split('::', 1)[0]
-            out[name] = out.get(name, 0.0) + entry['total']
+            out[name] = out.get(name, 0.0) + entry.get(key, 0.0)
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
     def pytest_sessionfinish(self, session):
@@ -104,7 +148,9 @@ class Durations:
             'stopped': str(session.shouldstop or session.shouldfail or ''),
             'problems': self.problems,
             'test_seconds': round(sum(e['total'] for e in self.tests.values()), 1),
+            'cpu_seconds': round(sum(e.get('cpu', 0.0) for e in self.tests.values()), 1),
             'files': {k: round(v, 1) for k, v in self.files().items()},
+            'files_cpu': {k: round(v, 1) for k, v in self.files('cpu').items()},
             'tests': dict(sorted(self.tests.items(), key=lambda kv: -kv[1]['total'])),
         }
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -120,16 +166,18 @@ class Durations:
             return
         wall = time.time() - self.started
         rep = terminalreporter
-        rep.section('durations (%s): %d tests, %.0f s of test time in %.0f s, load average %s -> %s'
-                    % (self.tier, len(self.tests), sum(e['total'] for e in self.tests.values()), wall,
+        rep.section('durations (%s): %d tests, %.0f s of test time (%.0f s of CPU) in %.0f s, load average %s -> %s'
+                    % (self.tier, len(self.tests), sum(e['total'] for e in self.tests.values()),
+                       sum(e.get('cpu', 0.0) for e in self.tests.values()), wall,
                        '/'.join('%.2f' % x for x in self.load_start),
                        '/'.join('%.2f' % x for x in os.getloadavg())))
-        rep.write_line('slowest files:')
+        cpu = self.files('cpu')
+        rep.write_line('slowest files (wall, CPU):')
         for name, seconds in list(self.files().items())[:top]:
-            rep.write_line('  %7.1f s  %s' % (seconds, name))
-        rep.write_line('slowest tests (setup + call + teardown):')
+            rep.write_line('  %7.1f s %7.1f s  %s' % (seconds, cpu.get(name, 0.0), name))
+        rep.write_line('slowest tests (setup + call + teardown; CPU):')
         for nodeid, entry in sorted(self.tests.items(), key=lambda kv: -kv[1]['total'])[:top]:
-            rep.write_line('  %7.1f s  %s [%s]' % (entry['total'], nodeid, entry['worker']))
+            rep.write_line('  %7.1f s %7.1f s  %s [%s]' % (entry['total'], entry.get('cpu', 0.0), nodeid, entry['worker']))
         rep.write_line('all of them: %s' % os.path.relpath(self.path))
 
 
