@@ -314,28 +314,15 @@ class TestDefaultServer:
         assert result["running"] == 0
         default_server.wait_idle(timeout=60)
 
-    def test_restart_new_start_time_and_counters_back_to_zero(self, default_server):
+    def test_module_restart_between_reads(self, default_server):
+        """Two reads of one check straddle a real restart: `restarted`. The restart itself, read while the check is
+        held: a new process start time, every counter back to zero, every _created series newer (one restart for
+        both: this test took over test_restart_new_start_time_and_counters_back_to_zero's assertions, read at the
+        same moment of the same kind of restart, and a real restart costs minutes of the real-vLLM group)."""
         assert_probe_ok(probe(default_server))
         a = read(default_server)
         assert total(a, "vllm:generation_tokens_total") > 0
         assert total(a, "vllm:request_success_total") > 0
-        t0 = time.monotonic()
-        default_server.restart()
-        print(f"restart (stop + start + pin): {time.monotonic() - t0:.1f} s")
-        b = read(default_server)
-        assert b[("process_start_time_seconds", "")] > a[("process_start_time_seconds", "")]
-        for name in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total",
-                     "vllm:request_success_total", "vllm:iteration_tokens_total_count",
-                     "vllm:iteration_tokens_total_sum", "vllm:num_preemptions_total"):
-            assert total(b, name) == 0, name
-        created_a = {k: v for k, v in a.items() if k[0].endswith("_created")}
-        created_b = {k: v for k, v in b.items() if k[0].endswith("_created")}
-        assert created_a and created_b
-        common = set(created_a) & set(created_b)
-        assert common and all(created_b[k] > created_a[k] for k in common)
-        assert_probe_ok(probe(default_server))
-
-    def test_module_restart_between_reads(self, default_server):
         with default_server.start_completions(2, LONG):
             default_server.wait_running(2)
             outcome = {}
@@ -359,10 +346,23 @@ class TestDefaultServer:
             paused = signal_module("AnsiballZ_health", signal.SIGSTOP)
             try:
                 assert paused, "no running health module found"
+                t0 = time.monotonic()
                 default_server.restart()
+                print(f"restart (stop + start + pin): {time.monotonic() - t0:.1f} s")
+                b = read(default_server)  # before the check's probe: nothing has run on the new process yet
             finally:
                 signal_module("AnsiballZ_health", signal.SIGCONT)
             thread.join(240)
+        assert b[("process_start_time_seconds", "")] > a[("process_start_time_seconds", "")]
+        for name in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total",
+                     "vllm:request_success_total", "vllm:iteration_tokens_total_count",
+                     "vllm:iteration_tokens_total_sum", "vllm:num_preemptions_total"):
+            assert total(b, name) == 0, name
+        created_a = {k: v for k, v in a.items() if k[0].endswith("_created")}
+        created_b = {k: v for k, v in b.items() if k[0].endswith("_created")}
+        assert created_a and created_b
+        common = set(created_a) & set(created_b)
+        assert common and all(created_b[k] > created_a[k] for k in common)
         assert "result" in outcome, "the check did not end within 240 s of the restart"
         result = outcome["result"]
         assert result["state"] == "restarted", result
