@@ -9,7 +9,7 @@
 # usage: scripts/run-tiers.sh TIER...        one after the other, output as it comes (FAIL_FAST=1 stops at
 #                                            the first failure)
 #        scripts/run-tiers.sh TIER... + TIER...
-#                                            lanes at once (`make test`): each "+" starts another lane, whose
+#                                            lanes at once: each "+" starts another lane, whose
 #                                            tiers run one after the other beside the other lanes; each tier's
 #                                            output in .cache/tiers/TIER.log, the end of a failed tier's log
 #                                            printed (FAIL_FAST=1 stops a lane at its first failure)
@@ -46,7 +46,7 @@ record() {  # TIER RC SECONDS LOADS
     fi
 }
 
-run_tier() {  # TIER [LOG]: make TIER (into LOG if given), then "RC SECONDS LOAD-START LOAD-END CPU%" on stdout's last line
+run_tier() {  # TIER [LOG]: make TIER (its output into LOG if given); "RC SECONDS LOAD-START LOAD-END CPU%" into its .result
     local tier="$1" log="${2:-}" start=${SECONDS} load_start cpu_start rc
     load_start="$(load1)"
     cpu_start="$(cpu_ticks)"
