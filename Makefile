@@ -155,14 +155,13 @@ smoke: $(STAMP) collection-link
 
 # ------------------------------------------------------------ user commands
 
-# The Debian packages the tiers use (apt installs one at a time: install them before tiers run at once).
+# The Debian packages the integration tier uses (apt installs one at a time: before tiers run at once).
 packages:
 	scripts/ensure-nginx.sh
 	scripts/ensure-prometheus.sh
 	scripts/ensure-eda.sh
 	scripts/ensure-sshd.sh
 	scripts/ensure-tools.sh
-	scripts/ensure-tools.sh shellcheck
 
 test: $(STAMP)
 	scripts/run-tiers.sh $(TIERS)

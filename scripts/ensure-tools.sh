@@ -3,14 +3,13 @@
 #   jq                (docs/schedule.md reads the watchdog's verdict history with it; docs/adhoc.md, awx.md)
 #   systemd-analyze   (tests/integration/test_try.py verifies docs/schedule.md's systemd units with it)
 #   pandoc            (scripts/docs-rst.sh: the guides as the docs site's pages; tests/integration/test_publish.py)
-#   shellcheck        (ansible-test sanity's shellcheck test; `make test` installs it before its lanes start)
-#   scripts/ensure-tools.sh [TOOL ...]    (default: all of them but shellcheck)
+#   scripts/ensure-tools.sh [TOOL ...]    (default: all of them)
 # Idempotent: installs only what is missing. The systemd package is installed for systemd-analyze
 # only: nothing is started or enabled (policy-rc.d keeps apt from starting services), and on a
 # machine without systemd as PID 1 it stays inert.
 set -euo pipefail
 
-declare -A package=([jq]=jq [systemd-analyze]=systemd [pandoc]=pandoc [shellcheck]=shellcheck)
+declare -A package=([jq]=jq [systemd-analyze]=systemd [pandoc]=pandoc)
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
     tools=(jq systemd-analyze pandoc)
