@@ -33,10 +33,12 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS_DIR)
 # directory; keep the log readable.
 PIP_NOISE := is ignored: it is neither a file nor a directory
 
-# Order of `make test`: fast, self-contained tiers first, one after the other. Not in lanes beside the integration
-# tier (scripts/run-tiers.sh can: "+" starts a lane): tried 2026-12-03, both cores were 100 % busy, lint took 254 s
-# instead of 73 and unit 276 instead of 95, and the real vLLM engines (nice 19) waited on everything else.
-TIERS := lint unit build sanity molecule versions integration
+# `make test` (scripts/run-tiers.sh): fast, self-contained tiers first, one after the other, and molecule in a lane of
+# its own beside them ("+" starts a lane): its scenarios mostly wait on check intervals (both cores 52 % busy
+# alone), as sanity does on one core (53 %). Not the integration tier beside the others: tried 2026-12-03, both
+# cores were 100 % busy, lint took 254 s instead of 73 and unit 276 s instead of 95, and the real vLLM engines
+# (nice 19) waited on everything else. The version tier runs molecule after the molecule tier (one lock).
+TIERS := lint unit build sanity versions integration + molecule
 # `make check`, the developer's inner loop: these at once.
 CHECK_TIERS := lint unit sanity smoke
 
@@ -163,7 +165,7 @@ packages:
 	scripts/ensure-sshd.sh
 	scripts/ensure-tools.sh
 
-test: $(STAMP)
+test: $(STAMP) collection-link
 	scripts/run-tiers.sh $(TIERS)
 
 # Not what CI runs: a quick look before a commit (`make test` is all of it).

@@ -5,6 +5,12 @@
 # None found is an error: the tier must test something.
 set -euo pipefail
 
+# One molecule run at a time on this checkout: each scenario's simulator takes the ports of its molecule_ports, and
+# the version tier runs two of the scenarios again (scripts/versions-tier.sh takes the same lock). Waits for it.
+mkdir -p .cache
+exec 8>.cache/molecule.lock
+flock -w 1800 8 || { echo "molecule: ERROR -- another molecule run held .cache/molecule.lock for 30 minutes" >&2; exit 1; }
+
 ran=0
 for base in . extensions; do
     if compgen -G "${base}/molecule/*/molecule.yml" >/dev/null; then

@@ -154,7 +154,9 @@ step() {  # RUN BIN INJECT STEP: run one step with the run's ansible-core first 
                    "${repo}/scripts/pytest-tier.sh" unit tests/unit --ignore=tests/unit/simulator
                    -n "${UNIT_WORKERS:-3}") ;;
         molecule)
-            cmd=(molecule test)
+            # One molecule run at a time (scripts/molecule-tier.sh takes the same lock): the scenarios' ports.
+            mkdir -p "${repo}/.cache"
+            cmd=(flock -w 1800 "${repo}/.cache/molecule.lock" molecule test)
             local scenario
             for scenario in "${SCENARIOS[@]}"; do
                 cmd+=(-s "${scenario}")
