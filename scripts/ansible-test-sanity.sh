@@ -50,7 +50,9 @@ PY
 )"
 get_pip_cache="${HOME}/.ansible/test/cache/get_pip_${pip_version//./_}.py"
 mkdir -p "$(dirname "${get_pip_cache}")"
-cp "${repo}/scripts/get_pip.py" "${get_pip_cache}"
+# (copied, then renamed: the version tier runs two sanity runs at once, which may want the same file)
+cp "${repo}/scripts/get_pip.py" "${get_pip_cache}.$$"
+mv -f "${get_pip_cache}.$$" "${get_pip_cache}"
 echo "sanity: pip ${pip_version} bootstrap script -> ${get_pip_cache}"
 
 # 2. shellcheck is optional for ansible-test (the test is skipped with a

@@ -186,33 +186,56 @@ if [[ ! -e "${repo}/.cache/collections/ansible_collections" ]]; then
 fi
 export ANSIBLE_COLLECTIONS_PATH="${repo}/.cache/collections"
 
-declare -a names=() results=() durations=()
+# The runs side by side, one lane per venv (the runs of one venv one after the other: one creates it): the steps
+# mostly wait on one core (2026-12-03, one after the other: 709 s with both cores 60 % busy); the molecule steps
+# take turns (one lock: the scenarios' ports). Each lane writes "NAME|RESULT|SECONDS" lines to its results file;
+# each step's output is in its log and on stdout with the run's name in front.
+run_lane() {  # VENV RESULTS: every selected run of the venv
+    local lane_venv="$1" results_file="$2" line run python venv inject steps start bin name
+    for line in "${RUNS[@]}"; do
+        read -r run python venv inject steps <<<"${line}"
+        if [[ "${venv}" != "${lane_venv}" ]] || { [[ ${#selected[@]} -gt 0 ]] && [[ " ${selected[*]} " != *" ${run} "* ]]; }; then
+            continue
+        fi
+        start=${SECONDS}
+        bin="$(ensure_venv "${venv}" "${python}")"
+        if [[ -z "${bin}" ]]; then
+            echo "${run}: venv|FAILED|$((SECONDS - start))" >>"${results_file}"
+            continue
+        fi
+        echo "${run}: venv|ok|$((SECONDS - start))" >>"${results_file}"
+        for name in ${steps}; do
+            start=${SECONDS}
+            if step "${run}" "${bin}" "${inject}" "${name}" > >(sed -u "s/^/[${run}] /"); then
+                echo "${run}: ${name}|ok|$((SECONDS - start))" >>"${results_file}"
+            else
+                echo "${run}: ${name}|FAILED|$((SECONDS - start))" >>"${results_file}"
+            fi
+        done
+    done
+}
+
+selected=("$@")
+declare -a names=() results=() durations=() lanes=() pids=()
 failed=0
 tier_start=${SECONDS}
+mkdir -p "${cache}/logs"
 for line in "${RUNS[@]}"; do
-    read -r run python venv inject steps <<<"${line}"
-    if [[ $# -gt 0 ]] && [[ " $* " != *" ${run} "* ]]; then
-        continue
-    fi
-    start=${SECONDS}
-    bin="$(ensure_venv "${venv}" "${python}")"
-    if [[ -z "${bin}" ]]; then
-        names+=("${run}: venv"); results+=("FAILED"); durations+=("$((SECONDS - start))")
-        failed=$((failed + 1))
-        continue
-    fi
-    names+=("${run}: venv"); results+=("ok"); durations+=("$((SECONDS - start))")
-    for name in ${steps}; do
-        start=${SECONDS}
-        if step "${run}" "${bin}" "${inject}" "${name}"; then
-            results+=("ok")
-        else
-            results+=("FAILED")
-            failed=$((failed + 1))
-        fi
-        names+=("${run}: ${name}")
-        durations+=("$((SECONDS - start))")
-    done
+    read -r _ _ venv _ <<<"${line}"
+    [[ " ${lanes[*]} " == *" ${venv} "* ]] || lanes+=("${venv}")
+done
+for venv in "${lanes[@]}"; do
+    rm -f "${cache}/logs/lane-${venv}.results"
+    run_lane "${venv}" "${cache}/logs/lane-${venv}.results" &
+    pids+=($!)
+done
+wait "${pids[@]}"
+for venv in "${lanes[@]}"; do
+    [[ -f "${cache}/logs/lane-${venv}.results" ]] || continue
+    while IFS='|' read -r name result seconds; do
+        names+=("${name}"); results+=("${result}"); durations+=("${seconds}")
+        [[ "${result}" == ok ]] || failed=$((failed + 1))
+    done <"${cache}/logs/lane-${venv}.results"
 done
 
 echo
@@ -220,7 +243,7 @@ echo "######## versions summary"
 for i in "${!names[@]}"; do
     printf '  %-28s %-8s %5ss\n' "${names[$i]}" "${results[$i]}" "${durations[$i]}"
 done
-echo "  total $((SECONDS - tier_start))s"
+echo "  total $((SECONDS - tier_start))s (one lane per venv, side by side)"
 if [[ ${failed} -ne 0 ]]; then
     echo "versions: ${failed} step(s) failed"
     exit 1
