@@ -29,10 +29,14 @@ def busy(sim, sid, load=None):
 
 
 def stuck(sim, sid, load=None):
-    """Requests in flight, then the engine hangs: running stays, nothing moves."""
+    """Requests in flight, then the engine hangs: running stays, nothing moves. On a server already busy, the new
+    requests run beside the old ones: the wait counts from what ran before (it waited for exactly the new load's
+    count, which a busy server's first poll could meet before the new requests arrived, and never after)."""
     load = dict(LOAD, **(load or {}))
+    before = sim.stats(sid)["totals"]["running"]
     sim.start_load(sid, **load)
-    sim.wait_for(sid, lambda s: s["totals"]["running"] == load["concurrency"] and s["totals"]["generation_tokens"] > 0)
+    sim.wait_for(sid, lambda s: s["totals"]["running"] >= before + load["concurrency"]
+                 and s["totals"]["generation_tokens"] > 0)
     sim.set_state(sid, "hang")
 
 
