@@ -157,7 +157,7 @@ smoke: $(STAMP) collection-link
 
 # ------------------------------------------------------------ user commands
 
-# The Debian packages the integration tier uses (apt installs one at a time: before tiers run at once).
+# The Debian packages the integration tier uses.
 packages:
 	scripts/ensure-nginx.sh
 	scripts/ensure-prometheus.sh
