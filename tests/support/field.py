@@ -70,8 +70,11 @@ def _reprefill(count):
 def _starved(sim, sid, window):
     # Decode starved by prefill (as vllm#54919 reads it: steps and prompt tokens move, generated tokens do
     # not) for less than half the window, then tokens again; over and over. Clients that waited 2 s give
-    # up and send the next request, whose prompt is prefilled: the prefill that starves the decodes.
-    _load(sim, sid, concurrency=4, prompt_tokens=256, repeat=True)
+    # up and send the next request, whose prompt is prefilled: the prefill that starves the decodes. Five clients on
+    # four sequences: one always waits for a slot (never given up: it has no token to wait for), so that work is in
+    # flight at every moment, also the one where the four running requests are given up together and not yet sent
+    # again (with four clients a check's first read once met that moment, saw nothing in flight and probed).
+    _load(sim, sid, concurrency=5, prompt_tokens=256, repeat=True)
     sim.wait_for(sid, lambda s: s["totals"]["generation_tokens"] > 0)
 
     def again():
