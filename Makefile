@@ -129,9 +129,8 @@ unit: $(STAMP) collection-link
 	@echo '== unit: pytest tests/unit'
 	scripts/pytest-tier.sh unit tests/unit $(call xdist,$(UNIT_WORKERS))
 
-integration: $(STAMP) collection-link
+integration: $(STAMP) collection-link packages
 	@echo '== integration: pytest tests/integration'
-	$(MAKE) --no-print-directory packages
 	scripts/pytest-tier.sh integration tests/integration $(call xdist,$(INTEGRATION_WORKERS),--dist loadgroup --no-loadscope-reorder)
 
 sanity: $(STAMP)

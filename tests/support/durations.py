@@ -8,9 +8,9 @@ servers stopped; a server of a class or module is counted where it is stopped), 
 file's total, the run's wall time and the machine's load average at its start and end (the machine is
 shared: a time means little without the load beside it). At the end it prints the slowest tests and the
 slowest files. ``MODELOPS_DURATIONS_TOP`` sets how many (default 15). What went wrong is kept too
-(``problems``: each failed or erroring test, collection error, internal error or interruption, with the last
-line of its report), so that ``scripts/run-tiers.sh`` can name them at the end of ``make test``, where CI's
-log is cut.
+(``problems``: each failed or erroring test, collection error, internal error or interruption, with the first
+line of its report: its crash message where pytest has one), so that ``scripts/run-tiers.sh`` can name them
+at the end of ``make test``, where CI's log is cut.
 
 Under pytest-xdist the controller writes the file (the workers send it their reports).
 """
