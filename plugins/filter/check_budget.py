@@ -58,14 +58,14 @@ import math
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import SECONDS, check_deadline
 from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
 
 MARGIN = 30
 
 
 def _number(name, value):
-    number = in_range(value, (0, 10 ** 9, True), strings=True)
+    number = in_range(value, SECONDS, strings=True)
     if number is None:
         raise AnsibleFilterError('check_budget: %s must be a finite number of seconds from 0, got %r' % (name, value))
     return number

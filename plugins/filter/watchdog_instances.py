@@ -62,27 +62,16 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.module_utils import _decide
-from ansible_collections.modelops.vllm.plugins.module_utils import _host
-from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._service import problems as method_problems
-from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import WATCHDOG_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import url_mistake
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
-
-# setting: (smallest, largest, whether the smallest itself is allowed), as the modules that use them check them
-LIMITS = dict(CHECK_LIMITS, **READY_LIMITS)
-LIMITS.update(_decide.LIMITS)
-LIMITS.update(_host.MEMORY_LIMITS)
-LIMITS.update(reboot_timeout=(0, 86400, False), evidence_timeout=(0, 10 ** 9, True))
-LIMITS.update(stall_window=WINDOW_LIMITS)
 
 
 def invalid(settings, instances):
     """What is wrong with the settings and the merged instances, as messages."""
     errors = []
-    for key, limits in sorted(LIMITS.items()):
+    for key, limits in sorted(WATCHDOG_LIMITS.items()):
         if key in settings and in_range(settings[key], limits, strings=True) is None:
             errors.append('vllm_watchdog_%s must be a number %s, got %r'
                           % (key, range_words(limits, at_least='from'), settings[key]))

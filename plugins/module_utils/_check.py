@@ -28,7 +28,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._freeze import DEFAU
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import Window, fresh
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, clip
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge, check_deadline, check_proxy
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import check_deadline
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge, check_proxy
 from ansible_collections.modelops.vllm.plugins.module_utils import _vllm
 
 # The engines a check knows, by name: each an engine profile (_vllm.EngineProfile) that the client, the

@@ -49,6 +49,7 @@ import datetime
 import math
 import re
 
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import DECIDE_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import duration, in_range, json_object, range_words
 
 NONE = 'none'
@@ -71,19 +72,6 @@ DEFAULTS = {
     'rehang_window': 3600,
 }
 
-# (setting, smallest, largest, whether the smallest itself is allowed)
-LIMITS = {
-    'startup_grace': (0, 7 * 86400, True),
-    'cooldown': (0, 7 * 86400, True),
-    'max_restarts': (0, 1000, True),
-    'restart_window': (0, 366 * 86400, False),
-    'unknown_limit': (1, 100000, True),
-    'down_limit': (1, 100000, True),
-    'paused_limit': (0, 366 * 86400, False),
-    'reboot_cooldown': (0, 366 * 86400, True),
-    'rehang_window': (0, 366 * 86400, True),
-}
-
 # Verdicts of a server that serves: they clear a failed restart.
 HEALTHY = ('idle', 'busy', 'restarted', 'sleeping', 'paused', 'up')
 # The kernel's lines that say the GPU is not healthy (the kinds of _host.KERNEL_PATTERNS).
@@ -97,7 +85,7 @@ def invalid_settings(settings):
     errors = []
     if not isinstance(settings.get('reboot', False), bool):
         errors.append('reboot must be true or false, got %r' % (settings.get('reboot'),))
-    for key, limits in sorted(LIMITS.items()):
+    for key, limits in sorted(DECIDE_LIMITS.items()):
         value = settings.get(key, DEFAULTS[key])
         if in_range(value, limits) is None:
             errors.append('%s must be a number %s, got %r' % (key, range_words(limits), value))

@@ -40,10 +40,6 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _readings as 
 # The freeze a healthy server may show, seconds: vLLM's own stall watchdog (WatchdogConfig.timeout) and
 # VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS are 300 s; a kernel JIT on Blackwell takes 30-70 s.
 DEFAULT_LIMIT = 300.0
-# (smallest, largest, whether the smallest itself is allowed): the limit, and how long one check may keep
-# watching a freeze that has not reached it yet (0: not at all).
-LIMIT_LIMITS = (0, 7 * 86400, False)
-WAIT_LIMITS = (0, 7 * 86400, True)
 # Clock differences tolerated before a remembered start counts as "in the future".
 SKEW = 60.0
 # Values kept per engine (the progress counters and the KV-cache gauge) and engines kept.

@@ -498,15 +498,6 @@ def endpoint(address, port):
 
 # --------------------------------------------------------------------------- memory released after a stop
 
-# A memory wait: (smallest, largest, whether the smallest itself is allowed).
-MEMORY_LIMITS = {
-    'memory_threshold': (0, 2 ** 40, True),      # MiB; 0: from the baseline
-    'memory_fraction': (0, 1, False),
-    'memory_timeout': (0, 86400, True),
-    'memory_delay': (0, 3600, False),
-}
-
-
 # A memory baseline file larger than this is not one the restart module wrote.
 MAX_BASELINE = 4096
 # MemTotal may differ this much between two boots of one host (firmware, kernel) and still be the same memory.

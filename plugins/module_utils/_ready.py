@@ -37,14 +37,6 @@ from ansible_collections.modelops.vllm.plugins.module_utils._readings import (
 )
 from ansible_collections.modelops.vllm.plugins.module_utils._types import model_ids
 
-# The restart's commands and the wait until ready: (smallest, largest, whether the smallest itself is allowed), as in
-# _verdict.CHECK_LIMITS.
-READY_LIMITS = {
-    'command_timeout': (0, 86400, False),
-    'ready_timeout': (0, 86400, False),
-    'ready_delay': (0, 3600, False),
-}
-
 
 def read_process(client):
     """What the server's /metrics say now, as a Reading (of the client's engine profile, when it has one), or

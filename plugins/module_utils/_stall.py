@@ -57,8 +57,6 @@ VERSION = 1
 MAX_ENGINES = readings.MAX_ENGINES
 # *_created values kept to tell another process from this one.
 MAX_CREATED = 64
-# The window, seconds: (smallest, largest, whether the smallest itself is allowed); 0 is off.
-WINDOW_LIMITS = (0, 7 * 86400, True)
 # Seconds a streak may seem to begin before the process started (the clocks of the host that checks and of the
 # server may differ a little).
 SKEW = 60.0

@@ -34,24 +34,6 @@ FULL_WAIT = 0.98
 # Notes kept in the evidence.
 MAX_NOTES = 20
 
-# The check's settings: (smallest, largest, whether the smallest itself is allowed). The health module,
-# the restart module (its wait until ready) and the watchdog role's preflight check them against these.
-CHECK_LIMITS = {
-    'interval': (0, 3600, False),
-    'probe_timeout': (0, 3600, False),
-    'metrics_timeout': (0, 600, False),
-}
-
-
-def check_deadline(interval, probe_timeout, metrics_timeout, freeze_wait=0):
-    """Seconds one check may take at most, from its settings: two waits, two probes and eight reads
-    of the cheap endpoints (the longest path: /version, three /metrics reads, /v1/models, two
-    /health reads and one more /metrics read after a restart), and the time it may keep watching a
-    freeze that has not lasted ``freeze_limit`` yet (``freeze_wait``). The role's async budget adds its
-    start-up margin to this same number."""
-    return 2 * interval + 2 * probe_timeout + 8 * metrics_timeout + freeze_wait
-
-
 NO_PROBE = {'sent': False, 'ok': None, 'outcome': None, 'seconds': None, 'status': None, 'error': None, 'model': None}
 
 

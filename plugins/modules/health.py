@@ -536,23 +536,17 @@ from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SE
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, connection_args
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
-from ansible_collections.modelops.vllm.plugins.module_utils._freeze import DEFAULT_LIMIT, LIMIT_LIMITS, WAIT_LIMITS
-from ansible_collections.modelops.vllm.plugins.module_utils._stall import WINDOW_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._freeze import DEFAULT_LIMIT
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import HEALTH_LIMITS, RESULTS_TIMEOUT_LIMITS, check_deadline
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
 from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import DEFAULT_MAX_BYTES, display_url
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS, check_deadline
-
-
-# option: (smallest, largest, smallest allowed itself): every number is finite and in range.
-LIMITS = dict(CHECK_LIMITS, metrics_max_bytes=(1024, 64 * 1024 * 1024, True), workers=(1, 4096, True),
-              stall_window=WINDOW_LIMITS, freeze_limit=LIMIT_LIMITS, freeze_wait=WAIT_LIMITS)
 
 
 def invalid_settings(params):
     """Messages for the numbers that are out of range (NaN and infinities included)."""
     errors = []
-    for option, limits in LIMITS.items():
+    for option, limits in HEALTH_LIMITS.items():
         if in_range(params[option], limits) is None:
             errors.append('%s must be %s, got %s' % (option, range_words(limits), params[option]))
     return errors
@@ -561,8 +555,8 @@ def invalid_settings(params):
 def collect(module):
     """The verdicts of a background run of this module on this host (results_file)."""
     timeout = module.params['results_timeout']
-    if in_range(timeout, (0, 86400, True)) is None:
-        module.fail_json(msg='results_timeout must be from 0 to 86400, got %s' % timeout)
+    if in_range(timeout, RESULTS_TIMEOUT_LIMITS) is None:
+        module.fail_json(msg='results_timeout must be %s, got %s' % (range_words(RESULTS_TIMEOUT_LIMITS), timeout))
     result, why = read_results(module.params['results_file'], timeout)
     if result is None:
         module.fail_json(msg=why)

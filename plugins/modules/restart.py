@@ -232,7 +232,6 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, Client, connection_args
 from ansible_collections.modelops.vllm.plugins.module_utils._ready import (
-    READY_LIMITS,
     read_process,
     reading_from_summary,
     still_answers,
@@ -248,8 +247,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     run_commands,
     stop_start_commands,
 )
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import CHECK_LIMITS, MEMORY_LIMITS, READY_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, in_range, range_words
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import CHECK_LIMITS
 
 
 def main():
@@ -285,7 +284,7 @@ def main():
     secrets = secrets_of({'api_key': p['api_key'], 'url': p['url']})
     module.no_log_values.update(secrets)
     waits = p['wait_ready'] or p['action'] == 'wait_ready'
-    limits = list(READY_LIMITS.items()) + list(_host.MEMORY_LIMITS.items()) + [
+    limits = list(READY_LIMITS.items()) + list(MEMORY_LIMITS.items()) + [
         ('metrics_timeout', CHECK_LIMITS['metrics_timeout'])]
     for key, bounds in limits:
         if in_range(p[key], bounds) is None:

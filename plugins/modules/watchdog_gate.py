@@ -582,7 +582,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._gate import Gate, r
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 from ansible_collections.modelops.vllm.plugins.module_utils._service import METHODS
-from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS, in_range
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import GATE_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS, in_range, range_words
 
 STATES = list(VERDICTS)  # every verdict a check can give, from the one list (_types)
 
@@ -590,10 +591,9 @@ STATES = list(VERDICTS)  # every verdict a check can give, from the one list (_t
 def invalid(p):
     """What is wrong with the settings (the decision's, then the gate's own bounds)."""
     errors = invalid_settings(dict((key, p[key]) for key in DEFAULTS))
-    for key, low in (('lock_timeout', 0), ('status_timeout', 0), ('results_timeout', 0), ('log_lines', 0),
-                     ('history_max_bytes', 4096), ('evidence_timeout', 0)):
-        if in_range(p[key], (low, 10 ** 9, True)) is None:
-            errors.append('%s must be a number from %s to 1e9, got %r' % (key, low, p[key]))
+    for key, limits in sorted(GATE_LIMITS.items()):
+        if in_range(p[key], limits) is None:
+            errors.append('%s must be a number %s, got %r' % (key, range_words(limits, at_least='from'), p[key]))
     return errors
 
 

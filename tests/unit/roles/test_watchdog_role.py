@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from ansible_collections.modelops.vllm.plugins.filter.check_budget import check_budget
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import check_deadline
 
 from tests.support.paths import REPO
 

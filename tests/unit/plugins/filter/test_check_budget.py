@@ -5,7 +5,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.modelops.vllm.plugins.filter.check_budget import FilterModule, check_budget
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import check_deadline
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import check_deadline
 
 
 @pytest.mark.parametrize('interval, probe_timeout, metrics_timeout, expected', [

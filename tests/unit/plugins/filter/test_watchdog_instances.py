@@ -94,6 +94,8 @@ def test_names_are_not_checked_when_the_keys_leave_them_out():
 @pytest.mark.parametrize('settings', [
     {}, {'interval': 5, 'probe_timeout': '30', 'cooldown': 0, 'max_restarts': 0, 'unknown_limit': 1,
          'memory_fraction': 1, 'evidence_timeout': 0, 'stall_window': 0, 'reboot_cooldown': 31622400},
+    # The role's defaults of the freeze watch are templates (strings); a check that does not wait for a freeze.
+    {'freeze_limit': '300', 'freeze_wait': '300'}, {'freeze_limit': 66, 'freeze_wait': 0},
     # Keys that are not settings are not checked.
     {'something_else': 'x'},
 ])
@@ -116,6 +118,11 @@ def test_valid_settings_pass_the_preflight(settings):
     ('reboot_timeout', 86401,
      'vllm_watchdog_reboot_timeout must be a number greater than 0 and at most 86400, got 86401'),
     ('stall_window', -0.5, 'vllm_watchdog_stall_window must be a number from 0 and at most 604800, got -0.5'),
+    # The freeze watch's settings are checked before any check starts (a bad one used to fail only the background
+    # check, which made every instance of the host unknown).
+    ('freeze_limit', 0, 'vllm_watchdog_freeze_limit must be a number greater than 0 and at most 604800, got 0'),
+    ('freeze_wait', 'forever',
+     "vllm_watchdog_freeze_wait must be a number from 0 and at most 604800, got 'forever'"),
 ])
 def test_a_setting_out_of_range_is_named_with_its_range(key, value, expected):
     with pytest.raises(AnsibleFilterError) as caught:

@@ -10,9 +10,10 @@ import pytest
 from ansible_collections.modelops.vllm.plugins.module_utils import _freeze
 from ansible_collections.modelops.vllm.plugins.module_utils._freeze import DEFAULT_LIMIT, Freeze
 from ansible_collections.modelops.vllm.plugins.module_utils._readings import highest_bucket, read_text
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import check_deadline
 from ansible_collections.modelops.vllm.plugins.module_utils._stall import Window
 from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge, check_deadline
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge
 
 from fakes import NO_ANSWER, Clock, FakeServer, completion, engine, expo, timed
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from ansible_collections.modelops.vllm.plugins.module_utils._ready import READY_LIMITS, wait_ready
+from ansible_collections.modelops.vllm.plugins.module_utils._ready import wait_ready
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import READY_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
 
 from tests.unit.plugins.module_utils.fakes import HEALTH_OK, MODELS, NO_ANSWER, REFUSED, Clock, FakeServer, expo, ok

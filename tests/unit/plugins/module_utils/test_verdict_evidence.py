@@ -6,8 +6,9 @@ that IS the genuine hang, so the table proves both directions of the rule in doc
 
 import pytest
 
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import check_deadline
 from ansible_collections.modelops.vllm.plugins.module_utils._types import Fetched
-from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge, check_deadline
+from ansible_collections.modelops.vllm.plugins.module_utils._verdict import Judge
 
 from fakes import NO_ANSWER, Clock, FakeServer, capture, completion, engine, expo, timed, two_waits
 
