@@ -49,7 +49,7 @@ import datetime
 import math
 import re
 
-from ansible_collections.modelops.vllm.plugins.module_utils._settings import DECIDE_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import DECIDE_DEFAULTS, DECIDE_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import duration, in_range, json_object, range_words
 
 NONE = 'none'
@@ -59,18 +59,8 @@ FAILED = 'failed'
 REBOOT = 'reboot'
 FAIL = 'fail'
 
-DEFAULTS = {
-    'startup_grace': 900,
-    'cooldown': 600,
-    'max_restarts': 3,
-    'restart_window': 86400,
-    'unknown_limit': 3,
-    'down_limit': 3,
-    'paused_limit': 3600,
-    'reboot': False,
-    'reboot_cooldown': 21600,
-    'rehang_window': 3600,
-}
+# The guard rails, each with its default: the catalogue's (_settings.GUARD_RAILS).
+DEFAULTS = DECIDE_DEFAULTS
 
 # Verdicts of a server that serves: they clear a failed restart.
 HEALTHY = ('idle', 'busy', 'restarted', 'sleeping', 'paused', 'up')

@@ -36,10 +36,10 @@ import hashlib
 import math
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import FREEZE_LIMIT
 
-# The freeze a healthy server may show, seconds: vLLM's own stall watchdog (WatchdogConfig.timeout) and
-# VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS are 300 s; a kernel JIT on Blackwell takes 30-70 s.
-DEFAULT_LIMIT = 300.0
+# The freeze a healthy server may show, seconds (the catalogue's, where it says why).
+DEFAULT_LIMIT = FREEZE_LIMIT
 # Clock differences tolerated before a remembered start counts as "in the future".
 SKEW = 60.0
 # Values kept per engine (the progress counters and the KV-cache gauge) and engines kept.

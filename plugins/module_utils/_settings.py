@@ -2,12 +2,15 @@
 # Copyright (c) modelops.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The ranges of the collection's number settings, in one place, and the check's deadline.
+"""The catalogue of the collection's settings: each number's range, the guard rails' and the gate's types and
+defaults, and the check's deadline.
 
 Private to this collection. Each range is ``(smallest, largest, whether the smallest itself is
 allowed)``, checked by ``_types.in_range`` and said by ``_types.range_words``. The modules check
-their options against these tables, and the watchdog role's preflight checks the role's variables
-against the same ones (the ``watchdog_instances`` filter).
+their options against these tables and build the argument specs of the settings catalogued with a
+type and a default from them (``option_specs``); the watchdog role's preflight checks the role's
+variables against the same ranges (the ``watchdog_instances`` filter). tests/unit/test_settings.py
+keeps the role's defaults and argument specs, and the modules' documentation, equal to them.
 
 This module imports nothing, on purpose: the role's preflight loads it in the task worker of every
 host of a fleet (issue 28), where each module of the collection is compiled from source. A table
@@ -21,79 +24,126 @@ __metaclass__ = type
 WEEK = 7 * 86400
 YEAR = 366 * 86400
 
-# The check's settings (the health module; the restart module's wait until ready reads metrics_timeout).
-CHECK_LIMITS = {
-    'interval': (0, 3600, False),
-    'probe_timeout': (0, 3600, False),
-    'metrics_timeout': (0, 600, False),
-}
-
 # Any finite number of seconds from 0 (what a budget's parts may be).
 SECONDS = (0, 10 ** 9, True)
 
-# The window of the stall memory, seconds; 0 is off.
-WINDOW_LIMITS = (0, WEEK, True)
-# The freeze a healthy server may show (freeze_limit), and how long one check may keep watching a freeze that has not
-# reached it yet (freeze_wait; 0: not at all).
-FREEZE_LIMIT_LIMITS = (0, WEEK, False)
-FREEZE_WAIT_LIMITS = (0, WEEK, True)
+# The freeze a healthy server may show, seconds: vLLM's own stall watchdog (WatchdogConfig.timeout) and
+# VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS are 300 s; a kernel JIT on Blackwell takes 30-70 s.
+FREEZE_LIMIT = 300.0
 
-# Every number option of the health module; results_timeout only when it collects a background check's file.
-RESULTS_TIMEOUT_LIMITS = (0, 86400, True)
-HEALTH_LIMITS = dict(CHECK_LIMITS, metrics_max_bytes=(1024, 64 * 1024 * 1024, True), workers=(1, 4096, True),
-                     stall_window=WINDOW_LIMITS, freeze_limit=FREEZE_LIMIT_LIMITS, freeze_wait=FREEZE_WAIT_LIMITS)
+# Each table: name: (type, default, range or None), the name as the modules' option and the watchdog role's
+# vllm_watchdog_<name>. A module's default is the catalogue's; where the watchdog role's default differs on purpose,
+# WATCHDOG_ROLE_DEFAULTS says it.
+
+# The check's settings (the health module; the restart module's wait until ready reads metrics_timeout).
+CHECK_SETTINGS = {
+    'interval': ('float', 5.0, (0, 3600, False)),
+    'probe_timeout': ('float', 30.0, (0, 3600, False)),
+    'metrics_timeout': ('float', 10.0, (0, 600, False)),
+}
+
+# The check's memories: the stall window (0: off), the freeze a healthy server may show (freeze_limit) and how long
+# one check may keep watching a freeze that has not reached it yet (freeze_wait; 0: not at all).
+MEMORY_OF_CHECKS = {
+    'stall_window': ('float', 0, (0, WEEK, True)),
+    'freeze_limit': ('float', FREEZE_LIMIT, (0, WEEK, False)),
+    'freeze_wait': ('float', 0, (0, WEEK, True)),
+}
 
 # The restart's commands and the wait until ready (the restart module).
-READY_LIMITS = {
-    'command_timeout': (0, 86400, False),
-    'ready_timeout': (0, 86400, False),
-    'ready_delay': (0, 3600, False),
+READY_SETTINGS = {
+    'command_timeout': ('float', 600, (0, 86400, False)),
+    'ready_timeout': ('float', 900, (0, 86400, False)),
+    'ready_delay': ('float', 10, (0, 3600, False)),
 }
 
 # A memory wait after a stop (the restart module).
-MEMORY_LIMITS = {
-    'memory_threshold': (0, 2 ** 40, True),      # MiB; 0: from the baseline
-    'memory_fraction': (0, 1, False),
-    'memory_timeout': (0, 86400, True),
-    'memory_delay': (0, 3600, False),
+MEMORY_SETTINGS = {
+    'memory_threshold': ('float', 0, (0, 2 ** 40, True)),      # MiB; 0: from the baseline
+    'memory_fraction': ('float', 0.9, (0, 1, False)),
+    'memory_timeout': ('float', 300, (0, 86400, True)),
+    'memory_delay': ('float', 5, (0, 3600, False)),
 }
 
-# The guard rails of the one decision (the watchdog_gate module, _decide).
-DECIDE_LIMITS = {
-    'startup_grace': (0, WEEK, True),
-    'cooldown': (0, WEEK, True),
-    'max_restarts': (0, 1000, True),
-    'restart_window': (0, YEAR, False),
-    'unknown_limit': (1, 100000, True),
-    'down_limit': (1, 100000, True),
-    'paused_limit': (0, YEAR, False),
-    'reboot_cooldown': (0, YEAR, True),
-    'rehang_window': (0, YEAR, True),
+# The guard rails of the one decision: the watchdog_gate module's options, _decide's settings (and the rollout's,
+# where it shares them); reboot is a switch.
+GUARD_RAILS = {
+    'startup_grace': ('float', 900, (0, WEEK, True)),
+    'cooldown': ('float', 600, (0, WEEK, True)),
+    'max_restarts': ('int', 3, (0, 1000, True)),
+    'restart_window': ('float', 86400, (0, YEAR, False)),
+    'unknown_limit': ('int', 3, (1, 100000, True)),
+    'down_limit': ('int', 3, (1, 100000, True)),
+    'paused_limit': ('float', 3600, (0, YEAR, False)),
+    'reboot': ('bool', False, None),
+    'reboot_cooldown': ('float', 21600, (0, YEAR, True)),
+    'rehang_window': ('float', 3600, (0, YEAR, True)),
 }
 
 # The watchdog_gate module's own bounds: its locks, the service manager's answer, the background check's file, the
 # evidence it keeps.
-GATE_LIMITS = {
-    'lock_timeout': (0, 10 ** 9, True),
-    'status_timeout': (0, 10 ** 9, True),
-    'results_timeout': (0, 10 ** 9, True),
-    'log_lines': (0, 10 ** 9, True),
-    'history_max_bytes': (4096, 10 ** 9, True),
-    'evidence_timeout': (0, 10 ** 9, True),
+GATE_SETTINGS = {
+    'lock_timeout': ('float', 60, (0, 10 ** 9, True)),
+    'status_timeout': ('float', 30, (0, 10 ** 9, True)),
+    'results_timeout': ('float', 300, (0, 10 ** 9, True)),
+    'log_lines': ('int', 200, (0, 10 ** 9, True)),
+    'history_max_bytes': ('int', 1024 * 1024, (4096, 10 ** 9, True)),
+    'evidence_timeout': ('float', 60, (0, 10 ** 9, True)),
 }
 
-# The watchdog role's own waits: a reboot's, and the evidence commands' (the gate's).
-ROLE_LIMITS = {
-    'reboot_timeout': (0, 86400, False),
-    'evidence_timeout': GATE_LIMITS['evidence_timeout'],
+# The watchdog role's own: a reboot's wait (the role waits, no module).
+ROLE_SETTINGS = {
+    'reboot_timeout': ('float', 1800, (0, 86400, False)),
 }
+
+# Where the watchdog role's default is not the module's, and why.
+WATCHDOG_ROLE_DEFAULTS = {
+    # A GB10's systemctl restart: a hung vLLM is killed after systemd's 90 s stop timeout, then its unified memory is
+    # released; the restart module's 600 s is for a command of one's own that may wait for more.
+    'command_timeout': 300,
+    # The role keeps the check's memory in its state dir and runs every few minutes: the stall window is on (three
+    # times the longest healthy stretch without tokens users report, vllm#54919). A module run alone has no schedule.
+    'stall_window': 1200,
+    # A run of the role watches a freeze up to the limit, so that a hang is restarted in the run that found it; a
+    # module run alone reports what it saw at once.
+    'freeze_wait': FREEZE_LIMIT,
+}
+
+
+def defaults_of(table):
+    """name: default, for a table of (type, default, range)."""
+    return dict((name, entry[1]) for name, entry in table.items())
+
+
+def limits_of(table):
+    """name: range, for the entries of a table of (type, default, range) that have one."""
+    return dict((name, entry[2]) for name, entry in table.items() if entry[2] is not None)
+
+
+def option_specs(table):
+    """The argument spec of each setting of a table of (type, default, range)."""
+    return dict((name, dict(type=entry[0], default=entry[1])) for name, entry in table.items())
+
+
+CHECK_LIMITS = limits_of(CHECK_SETTINGS)
+READY_LIMITS = limits_of(READY_SETTINGS)
+MEMORY_LIMITS = limits_of(MEMORY_SETTINGS)
+DECIDE_DEFAULTS = defaults_of(GUARD_RAILS)
+DECIDE_LIMITS = limits_of(GUARD_RAILS)
+GATE_LIMITS = limits_of(GATE_SETTINGS)
+
+# The health module's results_timeout, only when it collects a background check's file.
+RESULTS_TIMEOUT_LIMITS = (0, 86400, True)
+# Every number option of the health module.
+HEALTH_LIMITS = dict(limits_of(CHECK_SETTINGS), metrics_max_bytes=(1024, 64 * 1024 * 1024, True),
+                     workers=(1, 4096, True), **limits_of(MEMORY_OF_CHECKS))
 
 # Every number the watchdog role's preflight checks, by its setting's name (the role's variable without its
 # vllm_watchdog_ prefix).
-WATCHDOG_LIMITS = dict(CHECK_LIMITS, stall_window=WINDOW_LIMITS, freeze_limit=FREEZE_LIMIT_LIMITS,
-                       freeze_wait=FREEZE_WAIT_LIMITS)
-for _table in (READY_LIMITS, MEMORY_LIMITS, DECIDE_LIMITS, ROLE_LIMITS):
-    WATCHDOG_LIMITS.update(_table)
+WATCHDOG_LIMITS = {}
+for _table in (CHECK_SETTINGS, MEMORY_OF_CHECKS, READY_SETTINGS, MEMORY_SETTINGS, GUARD_RAILS, GATE_SETTINGS,
+               ROLE_SETTINGS):
+    WATCHDOG_LIMITS.update(limits_of(_table))
 del _table
 
 

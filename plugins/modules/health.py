@@ -536,8 +536,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SE
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, connection_args
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
-from ansible_collections.modelops.vllm.plugins.module_utils._freeze import DEFAULT_LIMIT
-from ansible_collections.modelops.vllm.plugins.module_utils._settings import HEALTH_LIMITS, RESULTS_TIMEOUT_LIMITS, check_deadline
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import (
+    CHECK_SETTINGS, HEALTH_LIMITS, MEMORY_OF_CHECKS, RESULTS_TIMEOUT_LIMITS, check_deadline, option_specs)
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
 from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import DEFAULT_MAX_BYTES, display_url
@@ -588,10 +588,7 @@ def main():
                 probe_api=dict(type='str', choices=['completions', 'chat']),
             )),
             kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
-            interval=dict(type='float', default=5.0),
-            probe_timeout=dict(type='float', default=30.0),
             probe_api=dict(type='str', default='completions', choices=['completions', 'chat']),
-            metrics_timeout=dict(type='float', default=10.0),
             metrics_max_bytes=dict(type='int', default=DEFAULT_MAX_BYTES),
             model=dict(type='str'),
             workers=dict(type='int', default=256),
@@ -599,9 +596,8 @@ def main():
             results_timeout=dict(type='float', default=300),
             background_dir=dict(type='path'),
             state_dir=dict(type='path'),
-            stall_window=dict(type='float', default=0),
-            freeze_limit=dict(type='float', default=DEFAULT_LIMIT),
-            freeze_wait=dict(type='float', default=0),
+            # interval, probe_timeout, metrics_timeout, stall_window, freeze_limit, freeze_wait: the catalogue's.
+            **dict(option_specs(CHECK_SETTINGS), **option_specs(MEMORY_OF_CHECKS))
         ),
         required_one_of=[('url', 'servers', 'results_file')],
         mutually_exclusive=[('url', 'servers', 'results_file'), ('url', 'background_dir'),

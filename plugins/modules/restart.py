@@ -247,7 +247,8 @@ from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     run_commands,
     stop_start_commands,
 )
-from ansible_collections.modelops.vllm.plugins.module_utils._settings import CHECK_LIMITS, MEMORY_LIMITS, READY_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import (
+    CHECK_LIMITS, CHECK_SETTINGS, MEMORY_LIMITS, MEMORY_SETTINGS, READY_LIMITS, READY_SETTINGS, option_specs)
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, in_range, range_words
 
 
@@ -261,22 +262,17 @@ def main():
             compose_project_dir=dict(type='str'),
             restart_command=dict(type='list', elements='str'),
             environment=dict(type='dict', default={}),
-            command_timeout=dict(type='float', default=600),
             wait_ready=dict(type='bool', default=True),
             url=dict(type='str'),
             model=dict(type='str'),
             old_start_time=dict(type='float'),
             old_reading=dict(type='dict'),
-            ready_timeout=dict(type='float', default=900),
-            ready_delay=dict(type='float', default=10),
-            metrics_timeout=dict(type='float', default=10),
             release_memory=dict(type='bool', default=False),
             meminfo=dict(type='path', default='/proc/meminfo'),
-            memory_threshold=dict(type='float', default=0),
-            memory_fraction=dict(type='float', default=0.9),
-            memory_timeout=dict(type='float', default=300),
-            memory_delay=dict(type='float', default=5),
             memory_baseline=dict(type='path'),
+            # command_timeout, ready_timeout, ready_delay, metrics_timeout and the memory wait's: the catalogue's.
+            metrics_timeout=option_specs(CHECK_SETTINGS)['metrics_timeout'],
+            **dict(option_specs(READY_SETTINGS), **option_specs(MEMORY_SETTINGS))
         ),
         supports_check_mode=True,
     )

@@ -582,7 +582,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._gate import Gate, r
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 from ansible_collections.modelops.vllm.plugins.module_utils._service import METHODS
-from ansible_collections.modelops.vllm.plugins.module_utils._settings import GATE_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import GATE_LIMITS, GATE_SETTINGS, GUARD_RAILS, option_specs
 from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS, in_range, range_words
 
 STATES = list(VERDICTS)  # every verdict a check can give, from the one list (_types)
@@ -710,7 +710,6 @@ def main():
                 api_key=dict(type='str', no_log=True),
             )),
             results_file=dict(type='path'),
-            results_timeout=dict(type='float', default=300),
             name=dict(type='str'),
             state=dict(type='str', choices=STATES),
             reason=dict(type='str', default=''),
@@ -735,29 +734,16 @@ def main():
             )),
             textfile_names=dict(type='list', elements='str'),
             textfile_required=dict(type='bool', default=False),
-            startup_grace=dict(type='float', default=900),
-            cooldown=dict(type='float', default=600),
-            max_restarts=dict(type='int', default=3),
-            restart_window=dict(type='float', default=86400),
-            unknown_limit=dict(type='int', default=3),
-            down_limit=dict(type='int', default=3),
             release_memory=dict(type='bool', default=False),
-            paused_limit=dict(type='float', default=3600),
-            reboot=dict(type='bool', default=False),
-            reboot_cooldown=dict(type='float', default=21600),
-            rehang_window=dict(type='float', default=3600),
             paused=dict(type='bool', default=False),
-            lock_timeout=dict(type='float', default=60),
-            status_timeout=dict(type='float', default=30),
-            log_lines=dict(type='int', default=200),
-            history_max_bytes=dict(type='int', default=1024 * 1024),
             textfile=dict(type='path'),
             host=dict(type='str'),
             py_spy=dict(type='str', default='py-spy'),
             meminfo=dict(type='path', default='/proc/meminfo'),
             kernel_log=dict(type='path', default='/dev/kmsg'),
             nvidia_smi=dict(type='str', default='nvidia-smi'),
-            evidence_timeout=dict(type='float', default=60),
+            # The guard rails and the gate's own bounds: types and defaults from the one catalogue.
+            **dict(option_specs(GUARD_RAILS), **option_specs(GATE_SETTINGS))
         ),
         mutually_exclusive=[('instances', 'name', 'record_failure', 'escalate', 'record_outcome')],
         required_one_of=[('instances', 'name', 'record_failure', 'escalate', 'record_outcome')],
