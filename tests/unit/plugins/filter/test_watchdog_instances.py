@@ -123,6 +123,10 @@ def test_valid_settings_pass_the_preflight(settings):
     ('freeze_limit', 0, 'vllm_watchdog_freeze_limit must be a number greater than 0 and at most 604800, got 0'),
     ('freeze_wait', 'forever',
      "vllm_watchdog_freeze_wait must be a number from 0 and at most 604800, got 'forever'"),
+    # The gate's own bounds, before the check (the gate refused them after it).
+    ('lock_timeout', 'nan', "vllm_watchdog_lock_timeout must be a number from 0 and at most 1000000000, got 'nan'"),
+    ('history_max_bytes', 100,
+     'vllm_watchdog_history_max_bytes must be a number from 4096 and at most 1000000000, got 100'),
 ])
 def test_a_setting_out_of_range_is_named_with_its_range(key, value, expected):
     with pytest.raises(AnsibleFilterError) as caught:
