@@ -50,7 +50,8 @@ import math
 import re
 
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import DECIDE_DEFAULTS, DECIDE_LIMITS
-from ansible_collections.modelops.vllm.plugins.module_utils._types import duration, in_range, json_object, range_words
+from ansible_collections.modelops.vllm.plugins.module_utils._types import (
+    RESTARTABLE, SERVING, duration, in_range, json_object, range_words)
 
 NONE = 'none'
 RESTART = 'restart'
@@ -62,8 +63,6 @@ FAIL = 'fail'
 # The guard rails, each with its default: the catalogue's (_settings.GUARD_RAILS).
 DEFAULTS = DECIDE_DEFAULTS
 
-# Verdicts of a server that serves: they clear a failed restart.
-HEALTHY = ('idle', 'busy', 'restarted', 'sleeping', 'paused', 'up')
 # The kernel's lines that say the GPU is not healthy (the kinds of _host.KERNEL_PATTERNS).
 GPU_KINDS = ('xid', 'nv_err_no_memory')
 # Clock differences between the host and what it reports tolerated before a time counts as "in the future".
@@ -416,7 +415,7 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     last_restart = worked[-1] if worked else None
     cooldown = required_cooldown(len(recent), float(conf['cooldown']))
     healthy_at = healthy_since(hist, started_at, grace)
-    if state in HEALTHY:
+    if state in SERVING:
         if url:
             hist['served'] = {'url': url, 'at': now}
         healthy = hist.get('healthy')
@@ -455,7 +454,7 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         return out
 
     if failed_restart:
-        if state in HEALTHY:
+        if state in SERVING:
             hist.pop('failed_restart', None)
             notes.append('the failed restart of %s is cleared: the server is %s again'
                          % (_when(failed_restart.get('at'), now), state))
@@ -488,7 +487,7 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     if state == 'frozen':
         return result(NONE, 'frozen: no movement yet for as long as the freeze limit that proves a hang (a long '
                             'engine step looks the same): never restarted on frozen')
-    if state not in ('stuck', 'down'):
+    if state not in RESTARTABLE:
         return result(NONE, '%s: nothing to do' % state)
     if paused:
         return result(NONE, 'the watchdog is paused: it would consider a restart of a %s server' % state)

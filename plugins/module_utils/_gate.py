@@ -33,12 +33,11 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _evidence
 from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
-from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES
+from ansible_collections.modelops.vllm.plugins.module_utils._types import RESTARTABLE, SERVING, STATES
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     DEFAULTS,
     FAIL,
     FAILED,
-    HEALTHY,
     NONE,
     REBOOT,
     RESTART,
@@ -152,7 +151,7 @@ class Gate(object):
         """What the service manager says: asked for a stuck or down instance (or ``always``, for the evidence)."""
         if item.get('given_service') is not None:
             return item['given_service']
-        if state not in ('stuck', 'down') and not always:
+        if state not in RESTARTABLE and not always:
             return {}
         return service_status(self.run_cmd, item['restart_method'], item.get('service'),
                               item.get('compose_project_dir'), item.get('status_command'))
@@ -294,7 +293,7 @@ class Gate(object):
                 return self.finish(item, out, paths, None)
             failed = _failed_restart(statedir.read_text(paths['failed']))
             proof = kernel = None
-            if state in ('stuck', 'down'):
+            if state in RESTARTABLE:
                 # Before any restart: what shows that what it acts on serves the URL the check judged.
                 proof = {'given': True} if item.get('given_service') is not None else self.url_proof(item, service)
                 out['url_proof'] = proof
@@ -325,7 +324,7 @@ class Gate(object):
             _count_step(hist, decision['action'])
             if not self.check_mode:
                 statedir.write_text(paths['history'], json.dumps(hist, indent=1, sort_keys=True) + '\n')
-                if failed and state in HEALTHY:
+                if failed and state in SERVING:
                     statedir.remove(paths['failed'])
         finally:
             if fd is not None:

@@ -49,7 +49,7 @@ __metaclass__ = type
 import math
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
-from ansible_collections.modelops.vllm.plugins.module_utils._types import duration, moment
+from ansible_collections.modelops.vllm.plugins.module_utils._types import RESETS_STALL, duration, moment
 from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE
 
 VERSION = 1
@@ -67,8 +67,6 @@ USEFUL = ('generation', 'completed')
 ACTIVITY = ('steps', 'prompt', 'preemptions')
 # The counters the rule follows, by its own names; the engine profile names their series (``stall_counters``).
 COUNTERS = ('generation', 'steps', 'prompt', 'preemptions')
-# Checks that say the process changed, or that the engine is frozen on purpose: every streak ends.
-RESET = ('restarted', 'starting', 'sleeping', 'paused')
 # Checks that judged the engine from reads of one process: they start, extend or end streaks.
 JUDGED = ('busy', 'stuck', 'frozen', 'idle', 'deferred')
 
@@ -229,7 +227,7 @@ def observe(memory, reads, state, window, boot=None, profile=PROFILE):
     summary = {'window': window, 'engines': {}}
     if damage:
         summary['note'] = 'the progress memory was started afresh: %s' % damage
-    if state in RESET:
+    if state in RESETS_STALL:
         summary['note'] = 'every streak ended: the check says %s' % state
         return fresh(), None, summary
     reads = [r for r in reads if r is not None and _finite(getattr(r, 'at', None))]

@@ -28,7 +28,30 @@ import json
 import math
 import time
 
-STATES = ('idle', 'busy', 'frozen', 'stuck', 'restarted', 'starting', 'down', 'sleeping', 'paused', 'up', 'unknown')
+# Every verdict a check can give, and what it means to the rest of the collection, one row each: a new verdict is a
+# row here (and its words in the modules' documentation and the rollout's list, which tests compare with it).
+#   serves:       the server answers its users; a failed restart is cleared by it.
+#   restart:      the watchdog may restart for it, under its guard rails (the service manager and the proof that
+#                 the service serves the URL are asked only for these).
+#   resets_stall: the process changed, or its engine is frozen on purpose: every stall streak ends.
+VERDICT_TABLE = (
+    # (verdict, serves, restart, resets_stall)
+    ('idle', True, False, False),
+    ('busy', True, False, False),
+    ('frozen', False, False, False),
+    ('stuck', False, True, False),
+    ('restarted', True, False, True),
+    ('starting', False, False, True),
+    ('down', False, True, False),
+    ('sleeping', True, False, True),
+    ('paused', True, False, True),
+    ('up', True, False, False),
+    ('unknown', False, False, False),
+)
+STATES = tuple(row[0] for row in VERDICT_TABLE)
+SERVING = tuple(row[0] for row in VERDICT_TABLE if row[1])
+RESTARTABLE = tuple(row[0] for row in VERDICT_TABLE if row[2])
+RESETS_STALL = tuple(row[0] for row in VERDICT_TABLE if row[3])
 
 # Why a request got no HTTP answer.
 FETCH_ERRORS = (

@@ -129,4 +129,3 @@ def test_the_rollout_falls_back_to_the_watchdog_s_defaults():
             assert fallback == float(_rendered(WATCHDOG_DEFAULTS['vllm_watchdog_' + name], WATCHDOG_DEFAULTS)), name
             compared.append(name)
     assert {'interval', 'probe_timeout', 'metrics_timeout', 'freeze_limit', 'lock_timeout'} <= set(compared), compared
-
