@@ -64,7 +64,7 @@ def test_the_graph_is_read_from_the_sources():
     assert len(FILTERS) >= 15
 
 
-@pytest.mark.parametrize('path', FILTERS, ids=lambda path: os.path.basename(path))
+@pytest.mark.parametrize('path', FILTERS, ids=os.path.basename)
 def test_a_filter_does_not_load_the_check_or_the_decision(path):
     unit = 'filter.' + os.path.basename(path)[:-3]
     assert not closure(unit) & HEAVY, (unit, sorted(closure(unit) & HEAVY))
