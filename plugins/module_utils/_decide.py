@@ -367,78 +367,103 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
     in it), numbers, ``notes`` (times that were ignored, ...), and ``evidence`` (True: a human is asked to look at
     the evidence, which the gate then keeps).
     """
-    conf = dict(DEFAULTS)
-    conf.update(dict((k, v) for k, v in (settings or {}).items() if v is not None))
-    hist = normalize_history(history)
-    service = service or {}
-    notes = []
-    window = float(conf['restart_window'])
-    future = [t for t in hist['restarts'] if t > now + SKEW]
-    if future:
-        notes.append('%d restart time(s) in the future were ignored (a clock that went back, or a forged history)'
-                     % len(future))
-    # Restarts count against the budget inside the restart window; the last one is kept while it is inside the
-    # start-up grace too (a window shorter than the grace must not let a restart 100 s ago pass for none).
-    kept = [t for t in hist['restarts'] if now - t < max(window, float(conf['startup_grace'])) and t <= now + SKEW]
-    recent = [t for t in kept if now - t < window]
-    hist['restarts'] = kept
-    # A restart that failed (its command failed, or the same process still answered after it) changed nothing: it
-    # gives no start-up grace and no cooldown, but it counts against the budget as every restart attempted does.
-    failed_at = [t for t in _times(hist.get('failed_restarts'), now, max(window, float(conf['startup_grace'])))
-                 if t in kept]
-    hist['failed_restarts'] = failed_at
-    worked = [t for t in kept if t not in failed_at]
-    hist['last_check'] = now
-    hist['last_state'] = state
-    hist['unknown_streak'] = hist['unknown_streak'] + 1 if state == 'unknown' else 0
-    starts = {}
-    for label, value in (('the service', parse_started_at(service.get('started_at'))),
-                         ('vLLM', parse_started_at(process_start))):
-        if value is None:
-            continue
-        if value > now + SKEW:
-            notes.append('%s start time is in the future: ignored' % label)
-        else:
-            starts[label] = value
-    started_at = max(starts.values()) if starts else None
-    uptime = now - started_at if started_at is not None else None
-    grace = float(conf['startup_grace'])
-    if state == 'down':
-        # A start seen once more within the grace is one load going on, not a new failure; a new start every run (a
-        # crash loop), a start past the grace, or none known counts.
-        loading = started_at is not None and uptime < grace and hist.get('down_start') == started_at
-        hist['down_streak'] = _count(hist.get('down_streak')) + (0 if loading else 1)
-        hist['down_start'] = started_at
-    else:
-        hist.pop('down_streak', None)
-        hist.pop('down_start', None)
-    last_restart = worked[-1] if worked else None
-    cooldown = required_cooldown(len(recent), float(conf['cooldown']))
-    healthy_at = healthy_since(hist, started_at, grace)
-    if state in SERVING:
-        if url:
-            hist['served'] = {'url': url, 'at': now}
-        healthy = hist.get('healthy')
-        known = isinstance(healthy, dict) and _finite(healthy.get('at'))
-        if not (known and (started_at is None or healthy['at'] >= started_at)):
-            hist['healthy'] = {'at': now, 'start': started_at}
-    proof = url_proof if isinstance(url_proof, dict) else {}
-    if state == 'down' and proof.get('default_url'):
-        notes.append('the URL %s is only the role\'s default fallback: no vllm_url, vllm_watchdog_url or instance '
-                     'url is set for this host' % (url or '?'))
-    out = {
-        'history': hist,
-        'restarts_in_window': len(recent),
-        'budget_left': max(0, int(conf['max_restarts']) - len(recent)),
-        'cooldown': cooldown,
-        'uptime': uptime,
-        'notes': notes,
-        'gpu_errors': [],
-        'evidence': False,
-    }
+    case = _Case(state, service, history, now, settings, paused, process_start, failed_restart, url, url_proof,
+                 kernel)
+    for guard in GUARDS:
+        decided = guard(case)
+        if decided is not None:
+            return decided
+    return _restart(case)
 
-    def result(action, reason):
-        if action == NONE and state == 'down' and not paused and hist.get('down_streak', 0) >= int(conf['down_limit']):
+
+class _Case(object):
+    """One decision: its inputs, the history's bookkeeping done once (times kept, streaks, when it was seen serving)
+    and what the guards read (the restarts in the window, the latest start, the uptime, the cooldown)."""
+
+    def __init__(self, state, service, history, now, settings, paused, process_start, failed_restart, url, url_proof,
+                 kernel):
+        conf = dict(DEFAULTS)
+        conf.update(dict((k, v) for k, v in (settings or {}).items() if v is not None))
+        self.state, self.now, self.conf, self.paused, self.url, self.kernel = state, now, conf, paused, url, kernel
+        self.failed_restart = failed_restart
+        self.service = service = service or {}
+        self.hist = hist = normalize_history(history)
+        self.notes = notes = []
+        self.window = window = float(conf['restart_window'])
+        self.grace = grace = float(conf['startup_grace'])
+        future = [t for t in hist['restarts'] if t > now + SKEW]
+        if future:
+            notes.append('%d restart time(s) in the future were ignored (a clock that went back, or a forged history)'
+                         % len(future))
+        # Restarts count against the budget inside the restart window; the last one is kept while it is inside the
+        # start-up grace too (a window shorter than the grace must not let a restart 100 s ago pass for none).
+        kept = [t for t in hist['restarts'] if now - t < max(window, grace) and t <= now + SKEW]
+        self.recent = [t for t in kept if now - t < window]
+        hist['restarts'] = kept
+        # A restart that failed (its command failed, or the same process still answered after it) changed nothing: it
+        # gives no start-up grace and no cooldown, but it counts against the budget as every restart attempted does.
+        self.failed_at = [t for t in _times(hist.get('failed_restarts'), now, max(window, grace)) if t in kept]
+        hist['failed_restarts'] = self.failed_at
+        worked = [t for t in kept if t not in self.failed_at]
+        hist['last_check'] = now
+        hist['last_state'] = state
+        hist['unknown_streak'] = hist['unknown_streak'] + 1 if state == 'unknown' else 0
+        self.starts = starts = {}
+        for label, value in (('the service', parse_started_at(service.get('started_at'))),
+                             ('vLLM', parse_started_at(process_start))):
+            if value is None:
+                continue
+            if value > now + SKEW:
+                notes.append('%s start time is in the future: ignored' % label)
+            else:
+                starts[label] = value
+        self.started_at = started_at = max(starts.values()) if starts else None
+        self.uptime = uptime = now - started_at if started_at is not None else None
+        if state == 'down':
+            # A start seen once more within the grace is one load going on, not a new failure; a new start every run
+            # (a crash loop), a start past the grace, or none known counts.
+            loading = started_at is not None and uptime < grace and hist.get('down_start') == started_at
+            hist['down_streak'] = _count(hist.get('down_streak')) + (0 if loading else 1)
+            hist['down_start'] = started_at
+        else:
+            hist.pop('down_streak', None)
+            hist.pop('down_start', None)
+        self.last_restart = worked[-1] if worked else None
+        self.cooldown = required_cooldown(len(self.recent), float(conf['cooldown']))
+        self.healthy_at = healthy_since(hist, started_at, grace)
+        if state in SERVING:
+            if url:
+                hist['served'] = {'url': url, 'at': now}
+            healthy = hist.get('healthy')
+            known = isinstance(healthy, dict) and _finite(healthy.get('at'))
+            if not (known and (started_at is None or healthy['at'] >= started_at)):
+                hist['healthy'] = {'at': now, 'start': started_at}
+        self.proof = proof = url_proof if isinstance(url_proof, dict) else {}
+        if state == 'down' and proof.get('default_url'):
+            notes.append('the URL %s is only the role\'s default fallback: no vllm_url, vllm_watchdog_url or instance '
+                         'url is set for this host' % (url or '?'))
+        self.out = {
+            'history': hist,
+            'restarts_in_window': len(self.recent),
+            'budget_left': max(0, int(conf['max_restarts']) - len(self.recent)),
+            'cooldown': self.cooldown,
+            'uptime': uptime,
+            'notes': notes,
+            'gpu_errors': [],
+            'evidence': False,
+        }
+        self._evidence = None
+
+    def evidence(self):
+        """Whether what a restart acts on is shown to serve the URL, and the words (``service_evidence``), once."""
+        if self._evidence is None:
+            self._evidence = service_evidence(self.state, self.service, self.proof, self.hist, self.url, self.now)
+        return self._evidence
+
+    def result(self, action, reason):
+        hist, out, conf = self.hist, self.out, self.conf
+        if action == NONE and self.state == 'down' and not self.paused \
+                and hist.get('down_streak', 0) >= int(conf['down_limit']):
             action, out['evidence'] = FAIL, True
             reason = ('down %d runs in a row and not restarted (%s): it does not come back by itself (a crash loop, a '
                       'start that never ends, out of memory at start-up); a human must look at the service\'s log in '
@@ -446,120 +471,208 @@ def decide(state, service, history, now, settings, paused=False, process_start=N
         if action == RESTART:
             hist.pop('down_streak', None)
         out['action'] = action
-        out['reason'] = reason + (' (%s)' % '; '.join(notes) if notes else '')
-        in_window = len([t for t in hist['restarts'] if now - t < window])
+        out['reason'] = reason + (' (%s)' % '; '.join(self.notes) if self.notes else '')
+        in_window = len([t for t in hist['restarts'] if self.now - t < self.window])
         out['restarts_in_window'] = in_window
         out['budget_left'] = max(0, int(conf['max_restarts']) - in_window)
         out['cooldown'] = required_cooldown(in_window, float(conf['cooldown']))
         return out
 
-    if failed_restart:
-        if state in SERVING:
-            hist.pop('failed_restart', None)
-            notes.append('the failed restart of %s is cleared: the server is %s again'
-                         % (_when(failed_restart.get('at'), now), state))
-        else:
-            return result(FAIL, 'the restart attempted %s failed (%s) and the server is still %s: the watchdog '
-                                'does not try again; a human must look, then clear it'
-                          % (_when(failed_restart.get('at'), now), str(failed_restart.get('error') or '?')[:300],
-                             state))
-    if state == 'paused':
-        since = hist.get('paused_since')
-        if not _finite(since) or since > now + SKEW:
-            since = now
-        hist['paused_since'] = since
-        held, limit = now - since, float(conf['paused_limit'])
-        if held >= limit:
-            return result(FAIL, 'paused on purpose for %s (seen paused on every run since %s), longer than the %s '
-                                'it may stay paused: a trainer that held the pause may have died. Never restarted '
-                                'while paused; a human should look (POST /resume resumes it)'
-                          % (duration(held), _when(since, now), duration(limit)))
-        return result(NONE, 'paused on purpose (vLLM says so): never restarted; a human is asked after %s paused '
-                            '(%s so far)' % (duration(limit), duration(held)))
-    hist.pop('paused_since', None)
-    if state == 'unknown':
-        if hist['unknown_streak'] >= int(conf['unknown_limit']):
-            out['evidence'] = True
-            return result(FAIL, 'the check could not judge the server %d runs in a row: it is not restarted on '
-                                'unknown; a human should look at the evidence' % hist['unknown_streak'])
-        return result(NONE, 'unknown is never a reason to restart (%d of %d runs in a row before asking a human)'
-                      % (hist['unknown_streak'], int(conf['unknown_limit'])))
-    if state == 'frozen':
-        return result(NONE, 'frozen: no movement yet for as long as the freeze limit that proves a hang (a long '
-                            'engine step looks the same): never restarted on frozen')
-    if state not in RESTARTABLE:
-        return result(NONE, '%s: nothing to do' % state)
-    if paused:
-        return result(NONE, 'the watchdog is paused: it would consider a restart of a %s server' % state)
-    which = ' and '.join(sorted(starts)) if starts else ''
-    proved, shown = service_evidence(state, service, proof, hist, url, now)
-    if state == 'down':
-        running = service.get('running')
-        if running is None:
-            return result(NONE, 'down, and the service manager cannot say whether it is starting (%s): not restarting'
-                          % (service.get('status') or 'no status'))
-        if running and uptime is None:
-            return result(NONE, 'down, and the service runs for an unknown time (%s, no start time): it may still be '
-                                'starting (loading weights), so it is not restarted; only one that ran past the start-up '
-                                'grace of %s is' % (service.get('status') or 'running', duration(grace)))
-        if running and uptime < grace:
-            return result(NONE, 'down, but the service has been running for %s, within the start-up grace of %s: it is '
-                                'starting (loading weights), not restarted' % (duration(uptime), duration(grace)))
-        if running and not proved:
-            return result(FAIL, 'down, and the service has been running for %s, but nothing shows that %s is this '
-                                'service: %s. The URL may be wrong: not restarted; a human must look'
-                          % (duration(uptime), url or 'the URL', shown))
-    elif uptime is not None and uptime < grace:
-        return result(NONE, 'stuck, but it started %s ago (by %s), within the start-up grace of %s: not restarted yet'
-                      % (duration(uptime), which, duration(grace)))
-    if last_restart is not None and now - last_restart < grace:
-        return result(NONE, '%s, but it was restarted %s ago, within the start-up grace of %s'
-                      % (state, duration(max(0.0, now - last_restart)), duration(grace)))
-    impossible = impossible_gpu_lines(kernel, now)
+
+# -- the guards, in the order they are asked: each returns the decision, or None to let the next one ask ----------
+
+def _after_a_failed_restart(c):
+    """A restart that failed: cleared by a verdict that serves, else a human (never tried again)."""
+    if not c.failed_restart:
+        return None
+    if c.state in SERVING:
+        c.hist.pop('failed_restart', None)
+        c.notes.append('the failed restart of %s is cleared: the server is %s again'
+                       % (_when(c.failed_restart.get('at'), c.now), c.state))
+        return None
+    return c.result(FAIL, 'the restart attempted %s failed (%s) and the server is still %s: the watchdog does not try '
+                          'again; a human must look, then clear it'
+                    % (_when(c.failed_restart.get('at'), c.now), str(c.failed_restart.get('error') or '?')[:300],
+                       c.state))
+
+
+def _paused_on_purpose(c):
+    """vLLM paused on purpose: never restarted; a human after ``paused_limit``."""
+    if c.state != 'paused':
+        c.hist.pop('paused_since', None)
+        return None
+    now = c.now
+    since = c.hist.get('paused_since')
+    if not _finite(since) or since > now + SKEW:
+        since = now
+    c.hist['paused_since'] = since
+    held, limit = now - since, float(c.conf['paused_limit'])
+    if held >= limit:
+        return c.result(FAIL, 'paused on purpose for %s (seen paused on every run since %s), longer than the %s it may '
+                              'stay paused: a trainer that held the pause may have died. Never restarted while paused; '
+                              'a human should look (POST /resume resumes it)'
+                        % (duration(held), _when(since, now), duration(limit)))
+    return c.result(NONE, 'paused on purpose (vLLM says so): never restarted; a human is asked after %s paused '
+                          '(%s so far)' % (duration(limit), duration(held)))
+
+
+def _unknown(c):
+    """Never restarted on unknown; a human after ``unknown_limit`` in a row."""
+    if c.state != 'unknown':
+        return None
+    streak, limit = c.hist['unknown_streak'], int(c.conf['unknown_limit'])
+    if streak >= limit:
+        c.out['evidence'] = True
+        return c.result(FAIL, 'the check could not judge the server %d runs in a row: it is not restarted on '
+                              'unknown; a human should look at the evidence' % streak)
+    return c.result(NONE, 'unknown is never a reason to restart (%d of %d runs in a row before asking a human)'
+                    % (streak, limit))
+
+
+def _frozen(c):
+    if c.state != 'frozen':
+        return None
+    return c.result(NONE, 'frozen: no movement yet for as long as the freeze limit that proves a hang (a long '
+                          'engine step looks the same): never restarted on frozen')
+
+
+def _not_restartable(c):
+    return c.result(NONE, '%s: nothing to do' % c.state) if c.state not in RESTARTABLE else None
+
+
+def _watchdog_paused(c):
+    if not c.paused:
+        return None
+    return c.result(NONE, 'the watchdog is paused: it would consider a restart of a %s server' % c.state)
+
+
+def _starting(c):
+    """Down while its service may be starting, or runs for an unknown time; stuck within the grace of its start. A
+    down service that runs past the grace and is not shown to serve the URL is a human's."""
+    uptime, grace, service = c.uptime, c.grace, c.service
+    if c.state != 'down':
+        if uptime is not None and uptime < grace:
+            return c.result(NONE, 'stuck, but it started %s ago (by %s), within the start-up grace of %s: not '
+                                  'restarted yet' % (duration(uptime), ' and '.join(sorted(c.starts)), duration(grace)))
+        return None
+    running = service.get('running')
+    if running is None:
+        return c.result(NONE, 'down, and the service manager cannot say whether it is starting (%s): not restarting'
+                        % (service.get('status') or 'no status'))
+    if running and uptime is None:
+        return c.result(NONE, 'down, and the service runs for an unknown time (%s, no start time): it may still be '
+                              'starting (loading weights), so it is not restarted; only one that ran past the start-up '
+                              'grace of %s is' % (service.get('status') or 'running', duration(grace)))
+    if running and uptime < grace:
+        return c.result(NONE, 'down, but the service has been running for %s, within the start-up grace of %s: it is '
+                              'starting (loading weights), not restarted' % (duration(uptime), duration(grace)))
+    proved, shown = c.evidence()
+    if running and not proved:
+        return c.result(FAIL, 'down, and the service has been running for %s, but nothing shows that %s is this '
+                              'service: %s. The URL may be wrong: not restarted; a human must look'
+                        % (duration(uptime), c.url or 'the URL', shown))
+    return None
+
+
+def _restarted_lately(c):
+    if c.last_restart is None or c.now - c.last_restart >= c.grace:
+        return None
+    return c.result(NONE, '%s, but it was restarted %s ago, within the start-up grace of %s'
+                    % (c.state, duration(max(0.0, c.now - c.last_restart)), duration(c.grace)))
+
+
+def _gpu_not_healthy(c):
+    """The kernel's GPU errors since vLLM was last seen healthy: a vLLM restart would start vLLM into them."""
+    impossible = impossible_gpu_lines(c.kernel, c.now)
     if impossible:
-        notes.append('%d GPU line(s) of the kernel log were ignored: their time cannot be true (%s)'
-                     % (len(impossible), impossible[-1][1]))
-    errors = gpu_errors(kernel, healthy_at, now)
-    if errors:
-        out['gpu_errors'] = errors[-5:]
-        return _escalate('%s, and the kernel log shows %d GPU error(s) since vLLM was last seen healthy (the last: '
-                         '%s): the GPU is not healthy, and a vLLM restart would start vLLM into it'
-                         % (state, len(errors), str(errors[-1].get('line'))[:200]), hist, recent, now, conf, state,
-                         result)
-    step = hist.get('last_step') if isinstance(hist.get('last_step'), dict) else {}
-    rehang = float(conf['rehang_window'])
-    if state == 'stuck' and rehang > 0 and step.get('state') == 'stuck' and _finite(step.get('at')) \
-            and 0 <= now - step['at'] < rehang and step.get('step') in (RESTART, REBOOT) \
-            and step.get('outcome') != FAILED:
-        if step['step'] == REBOOT:
-            return result(FAIL, 'stuck again %s after a host reboot, within %s: neither a restart nor a reboot '
-                                'cleared this hang; a human must look' % (duration(now - step['at']), duration(rehang)))
-        return _escalate('stuck again %s after a vLLM restart, within %s (vllm_watchdog_rehang_window): the same '
-                         'hang came back, and another restart would not clear it'
-                         % (duration(now - step['at']), duration(rehang)), hist, recent, now, conf, state, result)
-    if len(recent) >= int(conf['max_restarts']):
-        failed_words = (', %d of them failed' % len([t for t in failed_at if t in recent])
-                        if [t for t in failed_at if t in recent] else '')
-        return result(FAIL, '%s, but the restart budget is spent: %d restart(s) attempted in the last %s%s (the budget '
-                            'counts every restart attempted, a failed one too); the watchdog stops restarting and asks '
-                            'a human' % (state, len(recent), duration(window), failed_words))
-    if last_restart is not None and now - last_restart < cooldown:
-        return result(NONE, '%s, but in cooldown: the last restart was %s ago and the cooldown is now %s (it grows with '
-                            'every restart)' % (state, duration(now - last_restart), duration(cooldown)))
-    if not proved:
-        return result(FAIL, '%s, but nothing shows that %s serves %s, the URL the check judged: %s. Not restarted (a '
-                            'restart of it may not reach that server, and may stop another); a human must look: name '
-                            'what serves the URL (vllm_watchdog_service, the instance\'s service), or say that it does '
-                            '(vllm_watchdog_assume_url_is_service: true)'
-                      % (state, (proof or {}).get('unit') or 'what a restart acts on', url or 'the URL', shown))
-    why = 'stuck' if state == 'stuck' else 'down and the service is %s' % (
+        c.notes.append('%d GPU line(s) of the kernel log were ignored: their time cannot be true (%s)'
+                       % (len(impossible), impossible[-1][1]))
+    errors = gpu_errors(c.kernel, c.healthy_at, c.now)
+    if not errors:
+        return None
+    c.out['gpu_errors'] = errors[-5:]
+    return _escalate('%s, and the kernel log shows %d GPU error(s) since vLLM was last seen healthy (the last: %s): '
+                     'the GPU is not healthy, and a vLLM restart would start vLLM into it'
+                     % (c.state, len(errors), str(errors[-1].get('line'))[:200]), c.hist, c.recent, c.now, c.conf,
+                     c.state, c.result)
+
+
+def _hung_again(c):
+    """Stuck again within ``rehang_window`` of a restart or a reboot that worked: the same hang came back."""
+    step = c.hist.get('last_step') if isinstance(c.hist.get('last_step'), dict) else {}
+    rehang, now = float(c.conf['rehang_window']), c.now
+    if not (c.state == 'stuck' and rehang > 0 and step.get('state') == 'stuck' and _finite(step.get('at'))
+            and 0 <= now - step['at'] < rehang and step.get('step') in (RESTART, REBOOT)
+            and step.get('outcome') != FAILED):
+        return None
+    if step['step'] == REBOOT:
+        return c.result(FAIL, 'stuck again %s after a host reboot, within %s: neither a restart nor a reboot cleared '
+                              'this hang; a human must look' % (duration(now - step['at']), duration(rehang)))
+    return _escalate('stuck again %s after a vLLM restart, within %s (vllm_watchdog_rehang_window): the same hang '
+                     'came back, and another restart would not clear it'
+                     % (duration(now - step['at']), duration(rehang)), c.hist, c.recent, now, c.conf, c.state,
+                     c.result)
+
+
+def _budget_spent(c):
+    if len(c.recent) < int(c.conf['max_restarts']):
+        return None
+    failed = [t for t in c.failed_at if t in c.recent]
+    failed_words = ', %d of them failed' % len(failed) if failed else ''
+    return c.result(FAIL, '%s, but the restart budget is spent: %d restart(s) attempted in the last %s%s (the budget '
+                          'counts every restart attempted, a failed one too); the watchdog stops restarting and asks '
+                          'a human' % (c.state, len(c.recent), duration(c.window), failed_words))
+
+
+def _cooling_down(c):
+    if c.last_restart is None or c.now - c.last_restart >= c.cooldown:
+        return None
+    return c.result(NONE, '%s, but in cooldown: the last restart was %s ago and the cooldown is now %s (it grows with '
+                          'every restart)' % (c.state, duration(c.now - c.last_restart), duration(c.cooldown)))
+
+
+def _not_shown_to_serve_the_url(c):
+    proved, shown = c.evidence()
+    if proved:
+        return None
+    return c.result(FAIL, '%s, but nothing shows that %s serves %s, the URL the check judged: %s. Not restarted (a '
+                          'restart of it may not reach that server, and may stop another); a human must look: name '
+                          'what serves the URL (vllm_watchdog_service, the instance\'s service), or say that it does '
+                          '(vllm_watchdog_assume_url_is_service: true)'
+                    % (c.state, c.proof.get('unit') or 'what a restart acts on', c.url or 'the URL', shown))
+
+
+# The order is the rule: what never restarts first, then what waits (a start, a restart, the GPU, a hang that came
+# back), then the budget, the cooldown and the proof that the restart reaches the server the check judged.
+GUARDS = (
+    _after_a_failed_restart,
+    _paused_on_purpose,
+    _unknown,
+    _frozen,
+    _not_restartable,
+    _watchdog_paused,
+    _starting,
+    _restarted_lately,
+    _gpu_not_healthy,
+    _hung_again,
+    _budget_spent,
+    _cooling_down,
+    _not_shown_to_serve_the_url,
+)
+
+
+def _restart(c):
+    """Every guard let it through: restart, recorded in the history."""
+    dummy, shown = c.evidence()
+    service = c.service
+    why = 'stuck' if c.state == 'stuck' else 'down and the service is %s' % (
         'not running (%s)' % (service.get('status') or 'stopped') if not service.get('running')
-        else 'running for %s without answering, past the start-up grace' % duration(uptime))
-    hist['restarts'] = recent + [now]
-    hist['last_step'] = {'step': RESTART, 'at': now, 'state': state}
-    return result(RESTART, 'restart: %s%s (restart %d of at most %d in %s, a failed one counted too)'
-                  % (why, '; %s' % shown if shown else '', len(hist['restarts']), int(conf['max_restarts']),
-                     duration(window)))
+        else 'running for %s without answering, past the start-up grace' % duration(c.uptime))
+    c.hist['restarts'] = c.recent + [c.now]
+    c.hist['last_step'] = {'step': RESTART, 'at': c.now, 'state': c.state}
+    return c.result(RESTART, 'restart: %s%s (restart %d of at most %d in %s, a failed one counted too)'
+                    % (why, '; %s' % shown if shown else '', len(c.hist['restarts']), int(c.conf['max_restarts']),
+                       duration(c.window)))
 
 
 def decide_escalation(history, now, settings, why):
