@@ -44,11 +44,13 @@ def reasons_for_a_human():
     with open(path) as handle:
         tree = ast.parse(handle.read())
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        if not isinstance(node, ast.Call):
             continue
-        if node.func.id == 'result' and node.args and getattr(node.args[0], 'id', None) == 'FAIL':
+        # result(FAIL, ...) and a guard's c.result(FAIL, ...)
+        called = getattr(node.func, 'id', None) or getattr(node.func, 'attr', None)
+        if called == 'result' and node.args and getattr(node.args[0], 'id', None) == 'FAIL':
             found.append(literal(node.args[1]))
-        elif node.func.id == '_escalate' and node.args:
+        elif called == '_escalate' and node.args:
             found.append(literal(node.args[0]))
     path = os.path.join(REPO, 'plugins', 'module_utils', '_gate.py')
     with open(path) as handle:
