@@ -33,18 +33,13 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _evidence
 from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
-from ansible_collections.modelops.vllm.plugins.module_utils._types import RESTARTABLE, SERVING, STATES
+from ansible_collections.modelops.vllm.plugins.module_utils._types import (
+    FAIL, FAILED, NONE, REBOOT, RESTART, RESTARTABLE, SERVING, STATES, parse_started_at)
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
     DEFAULTS,
-    FAIL,
-    FAILED,
-    NONE,
-    REBOOT,
-    RESTART,
     decide,
     decide_escalation,
     load_history,
-    parse_started_at,
 )
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     MAX_OUTPUT,

@@ -33,8 +33,7 @@ import time
 from urllib.parse import urlsplit
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
-from ansible_collections.modelops.vllm.plugins.module_utils._decide import parse_started_at
-from ansible_collections.modelops.vllm.plugins.module_utils._types import json_object
+from ansible_collections.modelops.vllm.plugins.module_utils._types import json_object, parse_started_at
 
 MEMINFO = '/proc/meminfo'
 KMSG = '/dev/kmsg'

@@ -18,8 +18,7 @@ import errno
 import os
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
-from ansible_collections.modelops.vllm.plugins.module_utils._decide import FAIL, NONE, REBOOT, RESTART
-from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES
+from ansible_collections.modelops.vllm.plugins.module_utils._types import FAIL, NONE, REBOOT, RESTART, STATES
 
 # Every verdict a check can give (the one list, _types), and the one a controller-side check adds.
 TEXTFILE_STATES = list(STATES) + ['unreachable']

@@ -24,8 +24,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import calendar
+import datetime
 import json
 import math
+import re
 import time
 
 # Every verdict a check can give, and what it means to the rest of the collection, one row each: a new verdict is a
@@ -52,6 +55,14 @@ STATES = tuple(row[0] for row in VERDICT_TABLE)
 SERVING = tuple(row[0] for row in VERDICT_TABLE if row[1])
 RESTARTABLE = tuple(row[0] for row in VERDICT_TABLE if row[2])
 RESETS_STALL = tuple(row[0] for row in VERDICT_TABLE if row[3])
+
+# What the watchdog decides for one server (_decide), and the outcome of a restart that changed nothing (its command
+# failed, or the same process still answered after it).
+NONE = 'none'
+RESTART = 'restart'
+REBOOT = 'reboot'
+FAIL = 'fail'
+FAILED = 'failed'
 
 # Why a request got no HTTP answer.
 FETCH_ERRORS = (
@@ -178,3 +189,46 @@ def moment(epoch):
         return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(epoch))
     except (TypeError, ValueError, OverflowError, OSError):
         return '?'
+
+
+def parse_started_at(value):
+    """A start time as the service managers give it, in epoch seconds, or None.
+
+    Accepts a number, systemd's ``@1796004614`` (``--timestamp=unix``), and
+    Docker's RFC 3339 ``2026-11-30T02:10:52.123456789Z`` (or with an offset).
+    Docker's ``0001-01-01T00:00:00Z`` (never started), empty values, impossible
+    dates and numbers that are not finite are None.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) and value > 0 else None
+    text = str(value).strip()[:64]
+    if not text or text in ('n/a', '0'):
+        return None
+    if text.startswith('@'):
+        text = text[1:]
+    try:
+        number = float(text)
+        return number if math.isfinite(number) and number > 0 else None
+    except ValueError:
+        pass
+    match = re.match(r'(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(\.\d+)?\s*(Z|[+-]\d\d:?\d\d)?$', text)
+    if not match:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    if year < 1971:
+        return None
+    try:
+        datetime.datetime(year, month, day, hour, minute, min(second, 59))  # an impossible date raises
+    except ValueError:
+        return None
+    fraction = float(match.group(7) or 0)
+    zone = match.group(8) or 'Z'
+    offset = 0
+    if zone != 'Z':
+        sign = -1 if zone[0] == '-' else 1
+        digits = zone[1:].replace(':', '')
+        offset = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    epoch = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    return epoch + fraction - offset

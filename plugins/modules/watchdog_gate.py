@@ -577,13 +577,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils import _textfile
-from ansible_collections.modelops.vllm.plugins.module_utils._decide import DEFAULTS, FAIL, REBOOT, invalid_settings
+from ansible_collections.modelops.vllm.plugins.module_utils._decide import DEFAULTS, invalid_settings
 from ansible_collections.modelops.vllm.plugins.module_utils._gate import Gate, results_from_histories
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, verdicts_from
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 from ansible_collections.modelops.vllm.plugins.module_utils._service import METHODS
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import GATE_LIMITS, GATE_SETTINGS, GUARD_RAILS, option_specs
-from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES as VERDICTS, in_range, range_words
+from ansible_collections.modelops.vllm.plugins.module_utils._types import FAIL, REBOOT, STATES as VERDICTS, in_range, range_words
 
 STATES = list(VERDICTS)  # every verdict a check can give, from the one list (_types)
 

@@ -3,20 +3,16 @@
 import pytest
 
 from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
-    FAIL,
-    NONE,
-    REBOOT,
-    RESTART,
     decide as decide_as_given,
     decide_escalation,
     empty_history,
     gpu_errors,
     invalid_settings,
     normalize_history,
-    parse_started_at,
     required_cooldown,
     url_evidence,
 )
+from ansible_collections.modelops.vllm.plugins.module_utils._types import FAIL, NONE, REBOOT, RESTART, parse_started_at
 
 NOW = 1_000_000.0
 S = {'startup_grace': 900, 'cooldown': 600, 'max_restarts': 3, 'restart_window': 86400, 'unknown_limit': 3}

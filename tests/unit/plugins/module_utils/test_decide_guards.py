@@ -6,7 +6,8 @@ that a guard moved, merged or left out of GUARDS is named."""
 import pytest
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _decide
-from ansible_collections.modelops.vllm.plugins.module_utils._decide import FAIL, GUARDS, NONE, REBOOT, RESTART
+from ansible_collections.modelops.vllm.plugins.module_utils._decide import GUARDS
+from ansible_collections.modelops.vllm.plugins.module_utils._types import FAIL, NONE, REBOOT, RESTART
 
 NOW = 1000000.0
 LONG = {'running': True, 'started_at': NOW - 7200, 'status': 'active/running'}

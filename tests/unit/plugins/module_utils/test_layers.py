@@ -202,3 +202,10 @@ def test_the_gate_takes_the_verdict_list_from_types(source):
     literals = [node for node in ast.walk(tree) if isinstance(node, (ast.List, ast.Tuple))
                 and {'idle', 'busy', 'stuck'} <= {getattr(e, 'value', None) for e in node.elts}]
     assert not literals, [ast.unparse(node) for node in literals]  # no verdict list typed out again
+
+
+@pytest.mark.parametrize('name', ['_host', '_textfile', '_evidence', '_results', '_settings', '_types'])
+def test_what_reads_the_host_or_writes_the_results_does_not_load_the_decision(name):
+    """The decision's vocabulary (its actions, a start time's parser) is in _types: the units the restart module and
+    the textfile stand on do not compile the 500-line decision for a constant (issue 30)."""
+    assert '_decide' not in reachable(name), (name, sorted(reachable(name)))
