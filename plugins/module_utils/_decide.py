@@ -550,9 +550,9 @@ def _hung_again(c):
     """Stuck again within ``rehang_window`` of a restart or a reboot that worked: the same hang came back."""
     step = c.hist.get('last_step') if isinstance(c.hist.get('last_step'), dict) else {}
     rehang, now = float(c.conf['rehang_window']), c.now
-    if not (c.state == 'stuck' and rehang > 0 and step.get('state') == 'stuck' and _finite(step.get('at'))
-            and 0 <= now - step['at'] < rehang and step.get('step') in (RESTART, REBOOT)
-            and step.get('outcome') != FAILED):
+    after_a_step = step.get('state') == 'stuck' and step.get('step') in (RESTART, REBOOT) and \
+        step.get('outcome') != FAILED and _finite(step.get('at'))
+    if not (c.state == 'stuck' and rehang > 0 and after_a_step and 0 <= now - step['at'] < rehang):
         return None
     if step['step'] == REBOOT:
         return c.result(FAIL, 'stuck again %s after a host reboot, within %s: neither a restart nor a reboot cleared '
