@@ -129,3 +129,11 @@ def test_the_rollout_falls_back_to_the_watchdog_s_defaults():
             assert fallback == float(_rendered(WATCHDOG_DEFAULTS['vllm_watchdog_' + name], WATCHDOG_DEFAULTS)), name
             compared.append(name)
     assert {'interval', 'probe_timeout', 'metrics_timeout', 'freeze_limit', 'lock_timeout'} <= set(compared), compared
+
+
+def test_the_watchdog_preflight_is_given_every_catalogued_number_of_the_role():
+    """The role hands its preflight the settings to check by name (``_vllm_watchdog_setting_keys``): a catalogued
+    number of the role left out of that list would go unchecked until a module refused it."""
+    keys = _yaml('roles', 'watchdog', 'vars', 'main.yml')['_vllm_watchdog_setting_keys']
+    role_numbers = set(name for name in ROLE_SETTINGS if EVERY[name][2] is not None)
+    assert set(keys) == role_numbers, (sorted(role_numbers - set(keys)), sorted(set(keys) - role_numbers))
