@@ -64,17 +64,13 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.modelops.vllm.plugins.module_utils._service import problems as method_problems
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import WATCHDOG_LIMITS
-from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
+from ansible_collections.modelops.vllm.plugins.module_utils._types import range_problems
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import url_mistake
 
 
 def invalid(settings, instances):
     """What is wrong with the settings and the merged instances, as messages."""
-    errors = []
-    for key, limits in sorted(WATCHDOG_LIMITS.items()):
-        if key in settings and in_range(settings[key], limits, strings=True) is None:
-            errors.append('vllm_watchdog_%s must be a number %s, got %r'
-                          % (key, range_words(limits, at_least='from'), settings[key]))
+    errors = range_problems(settings, WATCHDOG_LIMITS, name='vllm_watchdog_%s')
     for one in instances:
         name = one.get('name')
         errors.extend('%s: %s' % (name, problem) for problem in method_problems(

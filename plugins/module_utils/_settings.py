@@ -96,6 +96,14 @@ ROLE_SETTINGS = {
     'reboot_timeout': ('float', 1800, (0, 86400, False)),
 }
 
+# The rollout role's own: how long it waits for a busy server to be idle, how often it looks, and how many checks
+# after a restart must find it serving.
+ROLLOUT_SETTINGS = {
+    'idle_timeout': ('float', 1800, (0, WEEK, True)),
+    'idle_delay': ('float', 10, (0, 3600, False)),
+    'verify_retries': ('int', 3, (1, 1000, True)),
+}
+
 # Where the watchdog role's default is not the module's, and why.
 WATCHDOG_ROLE_DEFAULTS = {
     # A GB10's systemctl restart: a hung vLLM is killed after systemd's 90 s stop timeout, then its unified memory is
@@ -145,6 +153,12 @@ for _table in (CHECK_SETTINGS, MEMORY_OF_CHECKS, READY_SETTINGS, MEMORY_SETTINGS
                ROLE_SETTINGS):
     WATCHDOG_LIMITS.update(limits_of(_table))
 del _table
+
+# Every number the rollout role's preflight checks, by its setting's name (the role's variable without its
+# vllm_rollout_ prefix): the check's, its freeze limit and wait, the restart's, the lock's wait and its own.
+ROLLOUT_LIMITS = dict(limits_of(CHECK_SETTINGS), freeze_limit=MEMORY_OF_CHECKS['freeze_limit'][2],
+                      freeze_wait=MEMORY_OF_CHECKS['freeze_wait'][2], lock_timeout=GATE_SETTINGS['lock_timeout'][2],
+                      **dict(limits_of(READY_SETTINGS), **limits_of(ROLLOUT_SETTINGS)))
 
 
 def check_deadline(interval, probe_timeout, metrics_timeout, freeze_wait=0):

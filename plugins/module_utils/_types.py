@@ -173,6 +173,14 @@ def range_words(limits, at_least='at least'):
     return '%s %s and at most %s' % (at_least if closed else 'greater than', low, high)
 
 
+def range_problems(values, limits, name='%s'):
+    """A sentence for each of ``values`` ({setting: value}) that is not a number within its range in ``limits``
+    ({setting: range}); ``name % setting`` is what the sentence calls the setting (a role says its variable). Settings
+    without a range are not looked at; numbers written as strings count (what a template gives)."""
+    return ['%s must be a number %s, got %r' % (name % key, range_words(limits[key], at_least='from'), values[key])
+            for key in sorted(values) if key in limits and in_range(values[key], limits[key], strings=True) is None]
+
+
 def duration(seconds):
     """Seconds as a person reads them in a sentence: '45s', '12m05s', '3h20m'."""
     seconds = int(round(seconds))

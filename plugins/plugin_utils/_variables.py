@@ -25,6 +25,8 @@ import re
 
 import yaml
 
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import HEALTH_LIMITS, ROLLOUT_LIMITS, WATCHDOG_LIMITS
+from ansible_collections.modelops.vllm.plugins.module_utils._types import range_problems
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import url_mistake
 from ansible_collections.modelops.vllm.plugins.plugin_utils._printable import as_read, escape, name as shown_name, oddities
 
@@ -109,6 +111,10 @@ INSTANCE_LISTS = ('vllm_instances', 'vllm_watchdog_instances')
 TARGETS = ('vllm_instances', 'vllm_watchdog_instances', 'vllm_watchdog_service', 'vllm_watchdog_restart_method',
            'vllm_watchdog_restart_command', 'vllm_watchdog_compose_project_dir', 'vllm_rollout_service',
            'vllm_rollout_method', 'vllm_rollout_command', 'vllm_rollout_compose_project_dir')
+
+# The numbers whose range the collection's catalogue of settings gives, by the prefix of their variables: the fleet
+# check's settings are the health module's options, the roles' their own.
+RANGES = (('vllm_check_', HEALTH_LIMITS), ('vllm_watchdog_', WATCHDOG_LIMITS), ('vllm_rollout_', ROLLOUT_LIMITS))
 
 # Values never validated here, so never shown in a message.
 SECRET = re.compile(r'(api_key|token|password|secret)', re.IGNORECASE)
@@ -254,6 +260,15 @@ def url_problems(name, value):
     return out
 
 
+def range_of(name, value):
+    """What is wrong with a number a variable holds, from the catalogue's range of its setting (``RANGES``): a
+    sentence naming the variable, or none."""
+    for prefix, limits in RANGES:
+        if name.startswith(prefix):
+            return range_problems({name[len(prefix):]: value}, limits, name=prefix + '%s')
+    return []
+
+
 def native(value):
     """The value as plain Python types (what the templating returns may be tagged subclasses)."""
     if isinstance(value, dict):
@@ -309,7 +324,7 @@ def value_problems(values_by_host, specs, validate, name_hosts=True):
                 continue
             value = native(values[name])
             errors = validate({name: spec}, {name: value})
-            lines = [problem(name, spec, value, errors)] if errors else url_problems(name, value)
+            lines = [problem(name, spec, value, errors)] if errors else url_problems(name, value) + range_of(name, value)
             for line in lines:
                 hosts = found.setdefault(line, [])
                 if host not in hosts:

@@ -493,6 +493,30 @@ def test_a_misconfigured_host_stops_the_rollout_before_any_host_is_touched(sim, 
     assert fleet.calls() == [], fleet.calls()
     assert not any(os.path.exists(fleet.pause_file(n)) for n in fleet.names)
     assert 'cfg-02: invalid rollout settings (method compose' in run.stdout, run
+    assert 'restart_method compose needs compose_project_dir' in run.stdout, run  # the one table's sentence
+
+
+def test_a_number_out_of_its_range_is_named_before_any_host_is_touched(sim, tmp_path):
+    """The range is the catalogue's, the one the modules check (a rollout would otherwise fail on the host it had
+    just paused). Set in the inventory, the playbook's first preflight says it with the hosts; set where only the role
+    sees it (a play's vars), the role's own preflight says it: the variable and the value either way."""
+    fleet = Fleet(sim, tmp_path, ['rng-01', 'rng-02'])
+    for name in fleet.names:
+        fleet.write_config(name, {'vllm': {}})
+    inventory = fleet.inventory({'rng-01': {}, 'rng-02': dict(vllm_rollout_metrics_timeout=601)}, dict(FAST))
+    run = rollout(fleet, inventory)
+    assert run.rc != 0, run
+    assert 'vllm_rollout_metrics_timeout must be a number greater than 0 and at most 600, got 601 (on rng-02)' in run.stdout, run
+    play = ('- hosts: vllm\n  gather_facts: false\n  vars: {vllm_rollout_metrics_timeout: 601}\n  tasks:\n'
+            '    - ansible.builtin.include_role: {name: modelops.vllm.rollout, tasks_from: preflight}\n')
+    own = run_playbook(play, inventory=fleet.inventory({'rng-01': {}, 'rng-02': {}}, dict(FAST)), extra_env=fleet.env(),
+                       workdir=os.path.join(fleet.dir, 'own'))
+    assert own.rc != 0, own
+    for name in fleet.names:
+        assert ('%s: invalid rollout settings (method systemd' % name in own.stdout
+                and 'vllm_rollout_metrics_timeout must be a number greater than 0 and at most 600, got 601' in own.stdout), own
+    assert fleet.calls() == [], fleet.calls()
+    assert not any(os.path.exists(fleet.pause_file(n)) for n in fleet.names)
 
 
 # --------------------------------------------------------------------------- the role's interface

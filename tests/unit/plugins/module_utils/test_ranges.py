@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 
 import pytest
 
@@ -70,3 +71,32 @@ def test_no_plugin_types_the_range_check_again():
 ])
 def test_duration(seconds, want):
     assert duration(seconds) == want
+
+
+# A number compared with a number in a template: `x | float > 0`, `x | int <= 3600`, `0 < x | float`.
+TEMPLATE_RANGE = re.compile(r'\|\s*(?:float|int)\s*(?:<=|>=|<|>)\s*-?\d|-?\d\s*(?:<=|>=|<|>)\s*[\w.]+\s*\|\s*(?:float|int)')
+
+
+def _yaml_files():
+    for pattern in ('roles/**/*.yml', 'roles/**/*.j2', 'playbooks/**/*.yml', 'extensions/**/*.yml', 'molecule/**/*.yml'):
+        yield from glob.glob(os.path.join(REPO, pattern), recursive=True)
+
+
+def test_the_finder_below_sees_a_range_typed_in_a_template():
+    for typed in ('vllm_rollout_interval | float > 0', 'x | int >= 1', 'x|float<=3600', '0 < vllm_x | float'):
+        assert TEMPLATE_RANGE.search(typed), typed
+    for fine in ('x | length > 0', 'x | int', 'x | float > y | float', "'3' in x"):
+        assert not TEMPLATE_RANGE.search(fine), fine
+
+
+def test_no_yaml_types_a_setting_s_range():
+    """The ranges are the catalogue's (_settings): a role or playbook asks it (the rollout_problems filter, the
+    watchdog_instances filter, validate_variables) instead of comparing a setting with a number in Jinja."""
+    typed = []
+    for path in _yaml_files():
+        with open(path) as handle:
+            for number, line in enumerate(handle, 1):
+                if TEMPLATE_RANGE.search(line) and not line.lstrip().startswith('#'):
+                    typed.append('%s:%d: %s' % (os.path.relpath(path, REPO), number, line.strip()))
+    assert len(list(_yaml_files())) > 20
+    assert typed == []

@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.modelops.vllm.plugins.filter.restart_method_problems import restart_method_problems
+from ansible_collections.modelops.vllm.plugins.filter.rollout_problems import rollout_problems
 from ansible_collections.modelops.vllm.plugins.filter.watchdog_instances import invalid
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     METHODS,
@@ -89,7 +89,8 @@ def test_every_setting_a_command_uses_is_a_need_of_its_method(one):
 def test_problems_of_the_settings(method, settings, upgrade, expected):
     args = (settings.get('service'), settings.get('compose_project_dir'), settings.get('command'))
     assert problems(method, *args, upgrade=upgrade) == expected
-    assert restart_method_problems(method, *args, upgrade=upgrade) == expected  # the filter of the rollout preflight
+    # The filter of the rollout preflight says the same sentences.
+    assert rollout_problems(dict(settings, method=method), upgrade=upgrade) == expected
 
 
 @pytest.mark.parametrize('method, settings, upgrade', [

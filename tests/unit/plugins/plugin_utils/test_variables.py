@@ -13,6 +13,7 @@ import yaml
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.modelops.vllm.plugins.module_utils import _settings as catalogue
 from ansible_collections.modelops.vllm.plugins.plugin_utils import _variables as v
 from tests.support.paths import REPO
 
@@ -212,6 +213,39 @@ def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_what_is_allow
     ])
     assert v.value_problems([('gb10-01', {'vllm_watchdog_restart_method': 'systemd', 'vllm_watchdog_cooldown': 60,
                                           'vllm_kind': 'proxy'})], specs, validate) == []
+
+
+def test_a_number_out_of_its_catalogued_range_is_one_line_naming_the_variable_and_the_hosts():
+    """The range is the catalogue's (the module's own check): said before any check runs, once for every host."""
+    specs = v.specs_of(['inventory', 'check', 'watchdog', 'rollout'])
+    found = v.value_problems([('a', {'vllm_check_interval': 0, 'vllm_watchdog_cooldown': -1, 'vllm_rollout_interval': '5000',
+                                     'vllm_watchdog_max_restarts': 3, 'vllm_check_freeze_wait': 0}),
+                              ('b', {'vllm_check_interval': 0.0, 'vllm_rollout_verify_retries': 0})], specs, validate)
+    assert sorted(found) == sorted([
+        'vllm_check_interval must be a number greater than 0 and at most 3600, got 0 (on a)',
+        'vllm_check_interval must be a number greater than 0 and at most 3600, got 0.0 (on b)',
+        "vllm_rollout_interval must be a number greater than 0 and at most 3600, got '5000' (on a)",
+        'vllm_rollout_verify_retries must be a number from 1 and at most 1000, got 0 (on b)',
+        'vllm_watchdog_cooldown must be a number from 0 and at most 604800, got -1 (on a)',
+    ])
+    # In range, at the edges: nothing.
+    assert v.value_problems([('a', {'vllm_check_interval': 3600, 'vllm_watchdog_cooldown': 0, 'vllm_rollout_idle_timeout': 0,
+                                    'vllm_check_workers': 1})], specs, validate) == []
+
+
+@pytest.mark.parametrize('prefix, limits', v.RANGES)
+def test_every_variable_of_a_catalogued_setting_gets_its_range(prefix, limits):
+    """A variable the collection knows whose setting has a range in the catalogue is checked against it (the check's
+    are the health module's options, which the fleet check playbook passes)."""
+    ranged = {}
+    for table in (catalogue.CHECK_SETTINGS, catalogue.MEMORY_OF_CHECKS, catalogue.READY_SETTINGS,
+                  catalogue.MEMORY_SETTINGS, catalogue.GUARD_RAILS, catalogue.GATE_SETTINGS, catalogue.ROLE_SETTINGS,
+                  catalogue.ROLLOUT_SETTINGS):
+        ranged.update(catalogue.limits_of(table))
+    ours = [name[len(prefix):] for name in v.known_specs() if name.startswith(prefix) and name[len(prefix):] in ranged]
+    assert len(ours) >= 5, ours  # the variables were read
+    assert [name for name in ours if name not in limits] == []
+    assert all(limits[name] == ranged[name] for name in ours)
 
 
 def test_a_value_is_validated_only_for_the_parts_asked_for():
