@@ -152,7 +152,7 @@ def _seen_serving(history, url, now):
     return None
 
 
-def service_evidence(state, service, proof, history, url, now):
+def service_evidence(state, service, proof, history, url, now, prefix=''):
     """Whether what a restart acts on (the unit, the container, the command) is shown to serve ``url``: (True/False,
     words that name the URL, what a restart acts on and what each holds).
 
@@ -162,7 +162,8 @@ def service_evidence(state, service, proof, history, url, now):
     cannot be told: ``why``); ``process`` names the service's main process, ``endpoint`` the URL's address and port,
     ``held_by`` the processes of this host that listen there instead, ``can_prove`` whether the method names a process
     at all (``command`` does not), ``assumed`` whether the inventory says that the service is the URL's
-    (``vllm_watchdog_assume_url_is_service``). ``history['served']``: where and when the instance was last seen
+    (the setting ``assume_url_is_service``; ``prefix`` + a setting's name is what the words call it, the watchdog role's
+    variable). ``history['served']``: where and when the instance was last seen
     serving, which stands for a ``down`` server whose service runs and listens nowhere.
 
     What contradicts the URL (another port, another process on the URL's port, no such unit, a unit that does not run
@@ -197,11 +198,11 @@ def service_evidence(state, service, proof, history, url, now):
         return True, 'it was seen serving at this URL %s' % _when(seen, now)
     if not proof.get('can_prove', True):
         if proof.get('assumed'):
-            return True, ('the inventory says that %s restarts the server at %s (vllm_watchdog_assume_url_is_service; '
-                          'its method cannot show it)' % (unit, url or 'the URL'))
+            return True, ('the inventory says that %s restarts the server at %s (%sassume_url_is_service; '
+                          'its method cannot show it)' % (unit, url or 'the URL', prefix))
         return False, ('%s names no process, so nothing can show that it restarts the server at %s%s; if it does, say so '
-                       'with vllm_watchdog_assume_url_is_service: true (the instance\'s assume_url_is_service)'
-                       % (unit, url or 'the URL', there))
+                       'with %sassume_url_is_service: true (the instance\'s assume_url_is_service)'
+                       % (unit, url or 'the URL', there, prefix))
     if service.get('running') is False:
         if state != 'down':
             return False, '%s does not run, yet %s answers: something else serves it%s' % (
@@ -212,17 +213,17 @@ def service_evidence(state, service, proof, history, url, now):
     if state == 'down' and seen is not None:
         return True, 'it was seen serving at this URL %s' % _when(seen, now)
     if proof.get('assumed'):
-        return True, ('the inventory says that %s serves %s (vllm_watchdog_assume_url_is_service; not shown here: %s)'
-                      % (unit, url or 'the URL', proof.get('why') or '?'))
+        return True, ('the inventory says that %s serves %s (%sassume_url_is_service; not shown here: %s)'
+                      % (unit, url or 'the URL', prefix, proof.get('why') or '?'))
     why = proof.get('why') or 'no process of the service can be found to see what it listens on'
     if state == 'down':
         return False, '%s: it was never seen serving at this URL, and %s%s' % (unit, why, there)
     return False, '%s: %s%s' % (unit, why, there)
 
 
-def url_evidence(proof, history, url, now):
+def url_evidence(proof, history, url, now, prefix=''):
     """``service_evidence`` of a ``down`` server whose service runs (the proof of issue 15): (True/False, words)."""
-    return service_evidence('down', {'running': True}, proof, history, url, now)
+    return service_evidence('down', {'running': True}, proof, history, url, now, prefix=prefix)
 
 
 def gpu_errors(kernel, since, now=None):
@@ -278,8 +279,8 @@ def _escalate(why, hist, recent, now, conf, state, result):
     """The next step after a vLLM restart that cannot help: a host reboot (when on), else a human."""
     window = float(conf['restart_window'])
     if not conf.get('reboot'):
-        return result(FAIL, '%s; the next step, a host reboot, is off (vllm_watchdog_reboot): a human must look'
-                      % why)
+        return result(FAIL, '%s; the next step, a host reboot, is off (%sreboot): a human must look'
+                      % (why, conf.get('setting_prefix') or ''))
     if len(recent) >= int(conf['max_restarts']):
         return result(FAIL, '%s; a host reboot would be next, but the restart budget is spent: %d step(s) in the '
                             'last %s; a human must look' % (why, len(recent), duration(window)))
@@ -389,8 +390,8 @@ class _Case(object):
                 hist['healthy'] = {'at': now, 'start': started_at}
         self.proof = proof = url_proof if isinstance(url_proof, dict) else {}
         if state == 'down' and proof.get('default_url'):
-            notes.append('the URL %s is only the role\'s default fallback: no vllm_url, vllm_watchdog_url or instance '
-                         'url is set for this host' % (url or '?'))
+            notes.append('the URL %s is only the role\'s default fallback: no vllm_url, %s or instance url is set for '
+                         'this host' % (url or '?', self.name('url')))
         self.out = {
             'history': hist,
             'restarts_in_window': len(self.recent),
@@ -403,10 +404,15 @@ class _Case(object):
         }
         self._evidence = None
 
+    def name(self, setting):
+        """What the words call a setting: its name after ``setting_prefix`` (the watchdog role's variable)."""
+        return (self.conf.get('setting_prefix') or '') + setting
+
     def evidence(self):
         """Whether what a restart acts on is shown to serve the URL, and the words (``service_evidence``), once."""
         if self._evidence is None:
-            self._evidence = service_evidence(self.state, self.service, self.proof, self.hist, self.url, self.now)
+            self._evidence = service_evidence(self.state, self.service, self.proof, self.hist, self.url, self.now,
+                                              prefix=self.conf.get('setting_prefix') or '')
         return self._evidence
 
     def result(self, action, reason):
@@ -557,9 +563,9 @@ def _hung_again(c):
     if step['step'] == REBOOT:
         return c.result(FAIL, 'stuck again %s after a host reboot, within %s: neither a restart nor a reboot cleared '
                               'this hang; a human must look' % (duration(now - step['at']), duration(rehang)))
-    return _escalate('stuck again %s after a vLLM restart, within %s (vllm_watchdog_rehang_window): the same hang '
-                     'came back, and another restart would not clear it'
-                     % (duration(now - step['at']), duration(rehang)), c.hist, c.recent, now, c.conf, c.state,
+    return _escalate('stuck again %s after a vLLM restart, within %s (%s): the same hang came back, and another '
+                     'restart would not clear it'
+                     % (duration(now - step['at']), duration(rehang), c.name('rehang_window')), c.hist, c.recent, now, c.conf, c.state,
                      c.result)
 
 
@@ -586,9 +592,9 @@ def _not_shown_to_serve_the_url(c):
         return None
     return c.result(FAIL, '%s, but nothing shows that %s serves %s, the URL the check judged: %s. Not restarted (a '
                           'restart of it may not reach that server, and may stop another); a human must look: name '
-                          'what serves the URL (vllm_watchdog_service, the instance\'s service), or say that it does '
-                          '(vllm_watchdog_assume_url_is_service: true)'
-                    % (c.state, c.proof.get('unit') or 'what a restart acts on', c.url or 'the URL', shown))
+                          'what serves the URL (%s, the instance\'s service), or say that it does (%s: true)'
+                    % (c.state, c.proof.get('unit') or 'what a restart acts on', c.url or 'the URL', shown,
+                       c.name('service'), c.name('assume_url_is_service')))
 
 
 # The order is the rule: what never restarts first, then what waits (a start, a restart, the GPU, a hang that came

@@ -64,10 +64,12 @@ def _why(rc, out, err):
 
 class Collector(object):
     """One instance's evidence, within ``timeout`` seconds. ``run(argv, timeout)`` runs a command and returns
-    (rc, stdout, stderr), rc None when it could not run or did not finish."""
+    (rc, stdout, stderr), rc None when it could not run or did not finish. ``prefix``: what the words put before a
+    setting's name (the watchdog role's vllm_watchdog_)."""
 
-    def __init__(self, run, timeout=60.0, clock=time.monotonic):
+    def __init__(self, run, timeout=60.0, clock=time.monotonic, prefix=''):
         self.run = run
+        self.prefix = prefix
         self.clock = clock
         self.deadline = clock() + max(0.0, float(timeout))
         self.timeout = timeout
@@ -81,7 +83,7 @@ class Collector(object):
     def stacks(self, py_spy, pids):
         """{'tool', 'processes': [{'pid', 'cmdline', 'mode', 'dump' or 'error'}], 'skipped'} or {'error'}."""
         if not py_spy:
-            return {'error': 'off (vllm_watchdog_py_spy is empty)'}
+            return {'error': 'off (%spy_spy is empty)' % self.prefix}
         tool = find_tool(py_spy)
         if tool is None:
             return {'error': '%s is not installed on this host (pip install py-spy): no stack dump' % py_spy}
@@ -117,7 +119,7 @@ class Collector(object):
 
     def meminfo(self, path):
         if not path:
-            return {'error': 'off (vllm_watchdog_meminfo is empty)'}
+            return {'error': 'off (%smeminfo is empty)' % self.prefix}
         info, why = _host.read_meminfo(path)
         if info is None:
             return {'source': path, 'error': why}
@@ -127,7 +129,7 @@ class Collector(object):
     def kernel(self, path, since=None, read=None):
         """The kernel's lines that matter since ``since`` (vLLM's start; lines without a time are kept too)."""
         if not path:
-            return {'error': 'off (vllm_watchdog_kernel_log is empty)'}
+            return {'error': 'off (%skernel_log is empty)' % self.prefix}
         log = read if read is not None else _host.read_kernel_log(path, timeout=self.left(10.0))
         if 'error' in log:
             return log
@@ -147,7 +149,7 @@ class Collector(object):
 
     def nvidia_smi(self, binary):
         if not binary:
-            return {'error': 'off (vllm_watchdog_nvidia_smi is empty)'}
+            return {'error': 'off (%snvidia_smi is empty)' % self.prefix}
         tool = find_tool(binary)
         if tool is None:
             return {'error': '%s is not installed on this host (no NVIDIA driver tools)' % binary}
@@ -164,8 +166,9 @@ class Collector(object):
 
 def collect(run, pids, settings, since=None, kernel=None):
     """Every piece of evidence of one instance. ``settings``: py_spy, meminfo, kernel_log, nvidia_smi,
-    evidence_timeout. ``kernel``: the kernel log already read by the caller (it is read once per gate run)."""
-    collector = Collector(run, settings.get('evidence_timeout', 60.0))
+    evidence_timeout, and setting_prefix (what the words call a setting: this and its name, the watchdog role's
+    variable). ``kernel``: the kernel log already read by the caller (it is read once per gate run)."""
+    collector = Collector(run, settings.get('evidence_timeout', 60.0), prefix=settings.get('setting_prefix') or '')
     out = {'meminfo': collector.meminfo(settings.get('meminfo')),
            'kernel': collector.kernel(settings.get('kernel_log'), since, kernel),
            'stacks': collector.stacks(settings.get('py_spy'), pids),

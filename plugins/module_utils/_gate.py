@@ -126,7 +126,7 @@ class Gate(object):
 
     def __init__(self, params, check_mode=False, run=run_argv, clock=time.time):
         self.p = params
-        self.settings = dict((key, self.p[key]) for key in DEFAULTS)
+        self.settings = dict(((key, self.p[key]) for key in DEFAULTS), setting_prefix=self.p.get('setting_prefix') or '')
         self.check_mode = check_mode
         self.runner = run
         self.clock = clock
@@ -177,8 +177,8 @@ class Gate(object):
                                  if service else 'not asked'))
         if not item.get('assume_url_is_service'):
             return None, [], ('none: the %s method names no process of what it restarts, and the inventory does not '
-                              'say that the URL is the service (vllm_watchdog_assume_url_is_service)'
-                              % item['restart_method'])
+                              'say that the URL is the service (%sassume_url_is_service)'
+                              % (item['restart_method'], self.p.get('setting_prefix') or ''))
         host, port = _host.url_endpoint(item.get('url'))
         if not port:
             return None, [], 'none: the URL names no port'
@@ -188,7 +188,7 @@ class Gate(object):
         for root in roots[:4]:
             pids.extend(p for p in _host.tree(root) if p not in pids)
         return None, pids, ('the processes that listen on the URL\'s port %s, which the inventory says is the service '
-                            '(vllm_watchdog_assume_url_is_service)' % port)
+                            '(%sassume_url_is_service)' % (port, self.p.get('setting_prefix') or ''))
 
     def url_proof(self, item, service):
         """What shows (or not) that what a restart acts on (the unit, the container) serves the URL: the service's

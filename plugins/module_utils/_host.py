@@ -571,14 +571,15 @@ def baseline_record(available_kb, total_kb, boot_id, host, now):
     return {'available_kb': available_kb, 'total_kb': total_kb, 'boot_id': boot_id, 'host': host, 'at': round(now, 3)}
 
 
-def memory_threshold(explicit_mib, fraction, baseline, distrust=None, path=None):
+def memory_threshold(explicit_mib, fraction, baseline, distrust=None, path=None, prefix=''):
     """(kB or None, words): what MemAvailable must be back to before vLLM starts again.
 
     ``explicit_mib`` (a setting, MiB) when above 0; else ``fraction`` of ``baseline`` (what the host had
     available just before the last start of vLLM that came up healthy, {'available_kb', ...}); else none.
-    ``distrust``: why the baseline file ``path`` was not trusted (the words say so: no threshold, vLLM starts)."""
+    ``distrust``: why the baseline file ``path`` was not trusted (the words say so: no threshold, vLLM starts).
+    ``prefix``: what the words put before the setting's name (the watchdog role's vllm_watchdog_)."""
     if isinstance(explicit_mib, (int, float)) and explicit_mib > 0:
-        return int(explicit_mib * 1024), 'vllm_watchdog_memory_threshold, %s' % gib(explicit_mib * 1024)
+        return int(explicit_mib * 1024), '%smemory_threshold, %s' % (prefix, gib(explicit_mib * 1024))
     kb = _kb(baseline.get('available_kb')) if isinstance(baseline, dict) else None
     if kb is not None:
         return int(kb * fraction), '%d%% of the %s available before the last start that came up healthy%s' % (
@@ -587,7 +588,7 @@ def memory_threshold(explicit_mib, fraction, baseline, distrust=None, path=None)
         return None, 'no threshold: the memory baseline %s is not trusted (%s), so vLLM is started without a ' \
                      'wait; the next start that comes up healthy writes a new one' % (path or '?', distrust)
     return None, 'no threshold: no restart by the watchdog has come up healthy yet to learn from, and ' \
-                 'vllm_watchdog_memory_threshold is not set'
+                 '%smemory_threshold is not set' % prefix
 
 
 def wait_memory(read, threshold_kb, timeout, delay, sleep=time.sleep, clock=time.monotonic):

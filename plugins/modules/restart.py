@@ -154,6 +154,12 @@ options:
         after a start that came up ready. Trusted only when it was written on this host, in this boot, for as much
         memory as this host has (C(MemTotal) in O(meminfo)), and says no more was available than that.
     type: path
+  setting_prefix:
+    description:
+      - What the memory wait's words put before a setting's name (V(memory_threshold)). The
+        P(modelops.vllm.watchdog#role) role passes V(vllm_watchdog_), so that they name its variable.
+    type: str
+    default: ''
 '''
 
 EXAMPLES = r'''
@@ -270,6 +276,7 @@ def main():
             release_memory=dict(type='bool', default=False),
             meminfo=dict(type='path', default='/proc/meminfo'),
             memory_baseline=dict(type='path'),
+            setting_prefix=dict(type='str', default=''),
             # command_timeout, ready_timeout, ready_delay, metrics_timeout and the memory wait's: the catalogue's.
             metrics_timeout=option_specs(CHECK_SETTINGS)['metrics_timeout'],
             **dict(option_specs(READY_SETTINGS), **option_specs(MEMORY_SETTINGS))
@@ -392,7 +399,7 @@ def wait_for_memory(p):
     total_kb, boot_id, host = this_host(p)
     baseline, distrust = _host.read_baseline(p['memory_baseline'], total_kb, boot_id, host, time.time())
     threshold_kb, source = _host.memory_threshold(p['memory_threshold'], p['memory_fraction'], baseline, distrust,
-                                                  p['memory_baseline'])
+                                                  p['memory_baseline'], prefix=p.get('setting_prefix') or '')
     memory = _host.wait_memory(lambda: _host.mem_available_kb(p['meminfo']), threshold_kb, p['memory_timeout'],
                                p['memory_delay'])
     memory.update(threshold_kb=threshold_kb, threshold=source, baseline_written=False)

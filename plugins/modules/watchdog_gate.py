@@ -346,6 +346,13 @@ options:
     description: The C(nvidia-smi) executable for the evidence. Empty turns it off.
     type: str
     default: nvidia-smi
+  setting_prefix:
+    description:
+      - What the reasons put before a setting's name when they name one (V(reboot), V(rehang_window),
+        V(assume_url_is_service), V(py_spy), ...). The P(modelops.vllm.watchdog#role) role passes V(vllm_watchdog_), so
+        that its reasons name its variables.
+    type: str
+    default: ''
   evidence_timeout:
     description:
       - Seconds for all the evidence of one instance (each tool gets at most 20 of them; one that does not finish is
@@ -742,6 +749,7 @@ def main():
             meminfo=dict(type='path', default='/proc/meminfo'),
             kernel_log=dict(type='path', default='/dev/kmsg'),
             nvidia_smi=dict(type='str', default='nvidia-smi'),
+            setting_prefix=dict(type='str', default=''),
             # The guard rails and the gate's own bounds: types and defaults from the one catalogue.
             **dict(option_specs(GUARD_RAILS), **option_specs(GATE_SETTINGS))
         ),

@@ -15,7 +15,9 @@ from ansible_collections.modelops.vllm.plugins.module_utils._decide import (
 from ansible_collections.modelops.vllm.plugins.module_utils._types import FAIL, NONE, REBOOT, RESTART, parse_started_at
 
 NOW = 1_000_000.0
-S = {'startup_grace': 900, 'cooldown': 600, 'max_restarts': 3, 'restart_window': 86400, 'unknown_limit': 3}
+# The settings as the watchdog role gives them (its reasons name its variables: setting_prefix).
+S = {'startup_grace': 900, 'cooldown': 600, 'max_restarts': 3, 'restart_window': 86400, 'unknown_limit': 3,
+     'setting_prefix': 'vllm_watchdog_'}
 RUNNING_LONG = {'running': True, 'started_at': NOW - 7200, 'status': 'active/running'}
 RUNNING_NEW = {'running': True, 'started_at': NOW - 120, 'status': 'active/running'}
 STOPPED = {'running': False, 'started_at': NOW - 7200, 'status': 'failed'}
@@ -521,3 +523,14 @@ def test_the_unknown_streak_asks_for_the_evidence():
 
 def test_down_limit_is_a_setting_in_range():
     assert invalid_settings(dict(S, down_limit=0)) == ['down_limit must be a number at least 1 and at most 100000, got 0']
+
+
+def test_a_module_run_alone_names_its_own_options():
+    """Without the role's setting_prefix the reasons name the gate's options (reboot, rehang_window,
+    assume_url_is_service), never a role variable."""
+    bare = dict((k, v) for k, v in S.items() if k != 'setting_prefix')
+    out = decide('stuck', RUNNING_LONG, restarted(1800), NOW, bare)
+    assert out['action'] == FAIL and 'the next step, a host reboot, is off (reboot)' in out['reason'], out['reason']
+    out = decide('stuck', RUNNING_LONG, None, NOW, bare, url=URL, url_proof=dict(UNKNOWN, can_prove=False))
+    assert out['action'] == FAIL and 'say so with assume_url_is_service: true' in out['reason'], out['reason']
+    assert 'vllm_watchdog' not in out['reason']

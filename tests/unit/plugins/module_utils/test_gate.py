@@ -57,7 +57,7 @@ def params(state_dir, **over):
         handle.write('MemTotal:       1000 kB\nMemAvailable:    500 kB\n')
     base = dict(DEFAULTS, state_dir=str(state_dir), instances=None, paused=False, lock_timeout=5.0,
                 status_timeout=30.0, log_lines=200, history_max_bytes=1024 * 1024, kernel_log='', py_spy='',
-                meminfo=meminfo, nvidia_smi='', evidence_timeout=60.0)
+                meminfo=meminfo, nvidia_smi='', evidence_timeout=60.0, setting_prefix='vllm_watchdog_')  # as the role
     base.update(over)
     return base
 

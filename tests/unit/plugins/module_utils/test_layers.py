@@ -209,3 +209,33 @@ def test_what_reads_the_host_or_writes_the_results_does_not_load_the_decision(na
     """The decision's vocabulary (its actions, a start time's parser) is in _types: the units the restart module and
     the textfile stand on do not compile the 500-line decision for a constant (issue 30)."""
     assert '_decide' not in reachable(name), (name, sorted(reachable(name)))
+
+
+# The role's own vocabulary in module_utils, by design: the textfile's metric names (vllm_watchdog_verdict, ...) and
+# the role's results, whose contract is the fact vllm_watchdog_results.
+ROLE_WORDS_ALLOWED = ('_textfile.py', '_results.py')
+
+
+def _strings(path):
+    """The string constants of a source file that are not docstrings (what a message or a result can say)."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            docstrings.add(id(node.body[0].value))
+    return [n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+def test_the_core_s_words_name_no_role_variable():
+    """The core says a setting by its name, after the caller's ``setting_prefix`` (the watchdog role passes
+    vllm_watchdog_): a module run alone names its own options, the role its variables."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(REPO, 'plugins', 'module_utils', '*.py'))):
+        if os.path.basename(path) in ROLE_WORDS_ALLOWED:
+            continue
+        found.extend((os.path.basename(path), s) for s in _strings(path) if 'vllm_watchdog_' in s or 'vllm_rollout_' in s)
+    assert found == []
+    assert [s for s in _strings(os.path.join(REPO, 'plugins', 'module_utils', '_textfile.py')) if 'vllm_watchdog_' in s]
