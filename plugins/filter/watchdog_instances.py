@@ -29,6 +29,11 @@ options:
     description: Keep only these keys.
     type: list
     elements: str
+  host:
+    description:
+      - Name each instance C(<host>/<name>), as one check of every instance of the play names its servers (the role's
+        check from the controller).
+    type: str
   problems:
     description:
       - With O(settings), return what is wrong (a list of sentences, empty when nothing is) instead of the instances,
@@ -83,7 +88,7 @@ def invalid(settings, instances):
     return errors
 
 
-def watchdog_instances(instances, base, keys=None, settings=None, problems=False):
+def watchdog_instances(instances, base, keys=None, settings=None, problems=False, host=None):
     if not isinstance(instances, (list, tuple)) or not isinstance(base, dict):
         return _refuse(problems, 'watchdog_instances expects a list of dicts and a dict of settings')
     merged = []
@@ -100,6 +105,8 @@ def watchdog_instances(instances, base, keys=None, settings=None, problems=False
     names = [m.get('name') for m in merged]
     if 'name' in (keys or ['name']) and len(set(names)) != len(names):
         return _refuse(problems, 'instance names must be unique on a host: %s' % ', '.join(str(n) for n in names))
+    if host is not None:
+        merged = [dict(one, name='%s/%s' % (host, one.get('name'))) for one in merged]
     if settings is not None:
         errors = invalid(settings, merged)
         if problems:

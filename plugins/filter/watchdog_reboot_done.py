@@ -63,7 +63,10 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_not_ready import is_ready
+
+def is_ready(result):
+    """Whether one wait_ready result says the server is ready: ready.ok, with ready missing or empty as not."""
+    return bool((result.get('ready') or {}).get('ok', False))
 
 
 def _merge(done, name, outcome):

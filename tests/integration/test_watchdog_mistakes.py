@@ -178,6 +178,27 @@ def test_two_servers_on_one_host_each_restarted_only_when_its_own_url_is_stuck(s
     assert standins.stops() == [['systemctl', 'stop', 'vllm-a'], ['systemctl', 'stop', 'vllm-b']], standins.calls()
 
 
+def test_checked_from_the_controller_each_host_s_instance_is_judged_and_restarted_on_its_own(sim, other_sim, tmp_path):
+    """vllm_watchdog_check_on_controller: one check of every instance of the play on the controller (the servers named
+    <host>/<instance>), each verdict handed back to its own host's gate: the stuck one restarted, the busy one not."""
+    a, b, standins = two_servers(sim, other_sim, tmp_path, 'stuck', 'busy')
+    hosts = {'gb10-01': {'vllm_watchdog_state_dir': str(tmp_path / 'state-1'),
+                         'vllm_instances': [{'name': 'chat', 'url': a['url'], 'service': 'vllm-a'}]},
+             'gb10-02': {'vllm_watchdog_state_dir': str(tmp_path / 'state-2'),
+                         'vllm_instances': [{'name': 'chat', 'url': b['url'], 'service': 'vllm-b'}]}}
+    group_vars = dict(FAST, vllm_watchdog_check_on_controller=True, vllm_watchdog_controller_state_dir=str(tmp_path / 'ctl'))
+    inv = inventory(tmp_path / 'inventory.yml', hosts, group_vars)
+    run = watchdog(inv, standins, workdir=tmp_path / 'run')
+    assert run.rc == 0, run
+    one, two = results(run, 'gb10-01')['chat'], results(run, 'gb10-02')['chat']
+    assert (one['state'], one['action']) == ('stuck', 'restarted'), one
+    assert (two['state'], two['action']) == ('busy', 'none'), two
+    assert standins.stops() == [['systemctl', 'stop', 'vllm-a']] and \
+        standins.restarts() == [['systemctl', 'start', 'vllm-a']], standins.calls()
+    # No check ran on the hosts: no background check's file in their state dirs.
+    assert not glob.glob(str(tmp_path / 'state-*' / 'checks' / '*')), glob.glob(str(tmp_path / 'state-*' / '*'))
+
+
 def test_a_service_that_names_the_other_server_s_unit_restarts_nothing_and_says_why(sim, other_sim, tmp_path):
     """vllm_url at the stuck server, vllm_watchdog_service naming the idle server's unit: before, the idle server was
     stopped and started and the stuck one left stuck."""

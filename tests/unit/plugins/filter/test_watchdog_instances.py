@@ -41,6 +41,20 @@ def test_instances_are_merged_with_the_settings(instances, keys, expected):
         assert [list(o) for o in out] == [[k for k in keys if k in e] for e in expected]
 
 
+def test_with_a_host_each_instance_is_named_host_slash_instance():
+    """The servers of the role's one check from the controller (was the watchdog_servers filter): each host's merged
+    instances named <host>/<instance>, in their order, with only the check's keys."""
+    keys = ['name', 'url', 'kind', 'api_key', 'model']
+    out = watchdog_instances([{'name': 'chat'}, {'name': 'embed', 'url': 'http://127.0.0.1:8001'}], BASE, keys,
+                             host='gb10-01')
+    assert out == [{'name': 'gb10-01/chat', 'url': BASE['url'], 'kind': 'backend', 'api_key': SECRET},
+                   {'name': 'gb10-01/embed', 'url': 'http://127.0.0.1:8001', 'kind': 'backend', 'api_key': SECRET}]
+    assert watchdog_instances([], BASE, ['name'], host='h') == [{'name': 'h/vllm'}]
+    # A password in the URL is passed on for the check to use.
+    url = 'http://user:%s@127.0.0.1:8000' % SECRET
+    assert watchdog_instances([{'name': 'chat', 'url': url}], {}, ['name', 'url'], host='h') == [{'name': 'h/chat', 'url': url}]
+
+
 def test_neither_the_settings_nor_the_instances_are_changed():
     instances = [{'name': 'chat', 'url': 'http://127.0.0.1:8001'}]
     base = dict(BASE)

@@ -1,10 +1,10 @@
-"""watchdog_not_ready and watchdog_reboot_done: reboot.yml's three Jinja loops, in Python, with the same outcome."""
+"""watchdog_reboot_done: reboot.yml's Jinja loops, in Python, with the same outcome. Which waits were not ready (the
+watchdog_not_ready filter before) is its reboot_error, which reboot.yml records as a failed restart."""
 
 import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_not_ready import watchdog_not_ready
 from ansible_collections.modelops.vllm.plugins.filter.watchdog_reboot_done import watchdog_reboot_done
 
 
@@ -31,13 +31,14 @@ SLOW = waited('embed', False, msg='no answer in 600 s')
     ([], []),
 ])
 def test_not_ready_is_every_wait_whose_ready_ok_is_not_true(results, expected):
-    assert watchdog_not_ready(results) == expected
+    done = watchdog_reboot_done({}, results, [])
+    assert sorted(name for name, one in done.items() if 'reboot_error' in one) == sorted(r['_i']['name'] for r in expected)
 
 
 @pytest.mark.parametrize('results', ['x', [1]])
 def test_not_ready_of_what_is_not_results_is_a_filter_error(results):
     with pytest.raises(AnsibleFilterError):
-        watchdog_not_ready(results)
+        watchdog_reboot_done({}, results, [])
 
 
 STUCK = {'state': 'idle', 'reason': 'no request'}
