@@ -80,8 +80,8 @@ GUARD_RAILS = {
     'rehang_window': ('float', 3600, (0, YEAR, True)),
 }
 
-# The watchdog_gate module's own bounds: its locks, the service manager's answer, the background check's file, the
-# evidence it keeps.
+# The watchdog_gate module's own bounds: its locks, the service manager's answer, the background check's file (the
+# health module's results_timeout too, when it collects that file), the evidence it keeps.
 GATE_SETTINGS = {
     'lock_timeout': ('float', 60, (0, 10 ** 9, True)),
     'status_timeout': ('float', 30, (0, 10 ** 9, True)),
@@ -140,8 +140,8 @@ DECIDE_DEFAULTS = defaults_of(GUARD_RAILS)
 DECIDE_LIMITS = limits_of(GUARD_RAILS)
 GATE_LIMITS = limits_of(GATE_SETTINGS)
 
-# The health module's results_timeout, only when it collects a background check's file.
-RESULTS_TIMEOUT_LIMITS = (0, 86400, True)
+# The health module's results_timeout, only when it collects a background check's file: the gate's (either collects it).
+RESULTS_TIMEOUT_LIMITS = GATE_SETTINGS['results_timeout'][2]
 # Every number option of the health module.
 HEALTH_LIMITS = dict(limits_of(CHECK_SETTINGS), metrics_max_bytes=(1024, 64 * 1024 * 1024, True),
                      workers=(1, 4096, True), **limits_of(MEMORY_OF_CHECKS))
@@ -161,10 +161,14 @@ ROLLOUT_LIMITS = dict(limits_of(CHECK_SETTINGS), freeze_limit=MEMORY_OF_CHECKS['
                       **dict(limits_of(READY_SETTINGS), **limits_of(ROLLOUT_SETTINGS)))
 
 
+# How many times a busy server's check waits ``interval`` before it judges (the longest path of _verdict.busy_path).
+WAITS = 2
+
+
 def check_deadline(interval, probe_timeout, metrics_timeout, freeze_wait=0):
     """Seconds one check may take at most, from its settings: two waits, two probes and eight reads
     of the cheap endpoints (the longest path: /version, three /metrics reads, /v1/models, two
     /health reads and one more /metrics read after a restart), and the time it may keep watching a
     freeze that has not lasted ``freeze_limit`` yet (``freeze_wait``). The role's async budget adds its
     start-up margin to this same number."""
-    return 2 * interval + 2 * probe_timeout + 8 * metrics_timeout + freeze_wait
+    return WAITS * interval + 2 * probe_timeout + 8 * metrics_timeout + freeze_wait

@@ -26,6 +26,7 @@ import json
 from ansible_collections.modelops.vllm.plugins.module_utils._prometheus import ExpositionError
 from ansible_collections.modelops.vllm.plugins.module_utils import _readings as readings
 from ansible_collections.modelops.vllm.plugins.module_utils._freeze import Freeze
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import WAITS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, Fetched, clip, duration, model_ids, moment
 from ansible_collections.modelops.vllm.plugins.module_utils._vllm import PROFILE
 
@@ -498,7 +499,7 @@ class Judge(object):
     def busy_path(self, before):
         start = before
         stalled_before = None
-        for wait in (1, 2):
+        for wait in range(1, WAITS + 1):
             left = self.left()
             if left is not None and left < self.interval + (self.metrics_timeout or 0):
                 return self.out_of_time()

@@ -537,7 +537,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQ
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import (
-    CHECK_SETTINGS, HEALTH_LIMITS, MEMORY_OF_CHECKS, RESULTS_TIMEOUT_LIMITS, check_deadline, option_specs)
+    CHECK_SETTINGS, GATE_SETTINGS, HEALTH_LIMITS, MEMORY_OF_CHECKS, RESULTS_TIMEOUT_LIMITS, check_deadline, option_specs)
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
 from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import DEFAULT_MAX_BYTES, display_url
@@ -593,7 +593,7 @@ def main():
             model=dict(type='str'),
             workers=dict(type='int', default=256),
             results_file=dict(type='path'),
-            results_timeout=dict(type='float', default=300),
+            results_timeout=option_specs(GATE_SETTINGS)['results_timeout'],
             background_dir=dict(type='path'),
             state_dir=dict(type='path'),
             # interval, probe_timeout, metrics_timeout, stall_window, freeze_limit, freeze_wait: the catalogue's.

@@ -36,8 +36,11 @@ description:
   - It also validates the values set on each host (in the inventory or with C(-e)) of the parts named in O(validate),
     by their argument spec, and fails with one line per problem that names the variable, the value, what is allowed
     and the hosts, for example C(value of vllm_watchdog_restart_method must be one of systemd, docker, compose,
-    command, got dokcer), before the role's own argument validation would print its whole specification. Values of
-    secrets (C(no_log) options) are never validated here, so never printed.
+    command, got dokcer), before the role's own argument validation would print its whole specification. A number
+    with a range (C(vllm_check_*), C(vllm_watchdog_*) and C(vllm_rollout_*) settings) is checked against the range the
+    modules check it against, from the collection's one catalogue of settings (C(vllm_check_interval must be a number
+    greater than 0 and at most 3600, got 0)). Values of secrets (C(no_log) options) are never validated here, so never
+    printed.
   - A URL (C(vllm_url), C(vllm_watchdog_url), C(vllm_rollout_url), the C(url) of an item of C(vllm_instances) or
     C(vllm_watchdog_instances)) must be the server's own base URL. One that names an endpoint (C(http://host:8000/v1),
     the base URL of an OpenAI client, or C(.../metrics)) or has no scheme is one line that names the URL meant, before
