@@ -539,3 +539,38 @@ def describe_failure(record):
     return '%s %s%s' % (' '.join(record['argv']),
                         'could not run' if record['rc'] is None else 'exited %s' % record['rc'],
                         ': %s' % detail[-1][:300] if detail else '')
+
+
+def commands_failed(record):
+    """The words of a restart whose command ``record`` failed: the commands after it were not run."""
+    return 'the restart failed: %s; the commands after it were not run' % describe_failure(record)
+
+
+def stop_then_start(run, stops, starts, after_stop, url=None, meminfo=None):
+    """A restart that frees the memory first: the ``stops``, then ``after_stop()`` -> (how the process from before
+    still answers or None, the memory wait's result or None), then the ``starts``.
+
+    Returns (records, what failed in words or None, the memory wait's result or None). The start is run whatever went
+    wrong after the stop began (a server left stopped is the worst outcome: a stop that failed may have stopped it
+    half-way, and one that stopped something else leaves that stopped), except when the memory did not come back:
+    vLLM is then not started into memory the host does not have, and stays stopped for the caller to escalate."""
+    records, failed = run_commands(run, stops)
+    still, memory = after_stop() if failed is None else (None, None)
+    if still or failed:
+        more, dummy = run_commands(run, starts)
+        if still:
+            why = ('the restart failed: after %s the process from before the restart still answers at %s (%s), so what '
+                   'it stopped is not that server; it was started again (%s)'
+                   % ('; '.join(' '.join(r['argv']) for r in records), url or 'the URL', still,
+                      '; '.join(' '.join(r['argv']) for r in more)))
+        else:
+            why = ('the restart failed: %s; the start was run anyway, so that a server the stop left half-stopped is '
+                   'not left down: %s' % (describe_failure(failed), '; '.join(
+                       describe_failure(r) if r['rc'] != 0 else ' '.join(r['argv']) + ' exited 0' for r in more)))
+        return records + more, why, None
+    if memory is not None and not memory.get('released'):
+        return records, ('the memory did not come back after vLLM stopped: %s. vLLM is NOT started (it would start '
+                         'into memory the host does not have); it stays stopped (read from %s; the threshold: %s)'
+                         % (memory.get('why'), meminfo or '?', memory.get('threshold'))), memory
+    more, failed = run_commands(run, starts)
+    return records + more, commands_failed(failed) if failed else None, memory

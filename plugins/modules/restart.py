@@ -247,11 +247,12 @@ from ansible_collections.modelops.vllm.plugins.module_utils._redact import redac
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     METHODS,
     ServiceError,
-    describe_failure,
+    commands_failed,
     restart_commands,
     run_argv,
     run_commands,
     stop_start_commands,
+    stop_then_start,
 )
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import (
     CHECK_LIMITS, CHECK_SETTINGS, MEMORY_LIMITS, MEMORY_SETTINGS, READY_LIMITS, READY_SETTINGS, option_specs)
@@ -287,26 +288,14 @@ def main():
     secrets = secrets_of({'api_key': p['api_key'], 'url': p['url']})
     module.no_log_values.update(secrets)
     waits = p['wait_ready'] or p['action'] == 'wait_ready'
-    limits = list(READY_LIMITS.items()) + list(MEMORY_LIMITS.items()) + [
-        ('metrics_timeout', CHECK_LIMITS['metrics_timeout'])]
-    for key, bounds in limits:
-        if in_range(p[key], bounds) is None:
-            module.fail_json(msg='%s must be %s, got %s' % (key, range_words(bounds), p[key]))
+    for problem in invalid_settings(p):
+        module.fail_json(msg=problem)
     if waits and not p['url']:
         module.fail_json(msg='url is required to wait until the server is ready (or set wait_ready: false)')
-
-    commands = []
-    split = None  # (stop commands, start commands): stop, wait for the memory, start
-    if p['action'] != 'wait_ready':
-        try:
-            commands = restart_commands(p['method'], p['service'], p['compose_project_dir'], p['restart_command'],
-                                        upgrade=p['action'] == 'upgrade')
-            if p['release_memory'] and p['action'] == 'restart':
-                split = stop_start_commands(p['method'], p['service'], p['compose_project_dir'])
-        except ServiceError as exc:
-            module.fail_json(msg=str(exc))
-    if split:
-        commands = split[0] + split[1]
+    try:
+        commands, split = commands_of(p)
+    except ServiceError as exc:
+        module.fail_json(msg=str(exc))
     if module.check_mode:
         module.exit_json(changed=False, commands=[{'argv': argv, 'rc': None, 'stdout': '', 'stderr': ''}
                                                   for argv in commands], ready=None,
@@ -337,41 +326,15 @@ def main():
 
     memory = None
     if split:
-        records, failed = run_commands(run, split[0])
-        still = None
-        if not failed:
-            still, memory = after_stop(p, client, before)
-        if still:
-            # What was stopped is not the server at the URL: started again as it was, and the restart failed.
-            more, dummy = run_commands(run, split[1])
-            module.fail_json(msg=redact('the restart failed: after %s the process from before the restart still answers '
-                                        'at %s (%s), so what it stopped is not that server; it was started again (%s)'
-                                        % ('; '.join(' '.join(r['argv']) for r in records), p['url'], still,
-                                           '; '.join(' '.join(r['argv']) for r in more)), secrets),
-                             commands=redact(records + more, secrets), ready=None, changed=True)
-        if failed:
-            # A stop that failed (or timed out) may have stopped the server half-way: started again (a start of a
-            # service that runs is no change), and the restart failed.
-            more, dummy = run_commands(run, split[1])
-            module.fail_json(msg=redact('the restart failed: %s; the start was run anyway, so that a server the stop '
-                                        'left half-stopped is not left down: %s'
-                                        % (describe_failure(failed), '; '.join(
-                                            describe_failure(r) if r['rc'] != 0 else ' '.join(r['argv']) + ' exited 0'
-                                            for r in more)), secrets),
-                             commands=redact(records + more, secrets), ready=None, changed=True)
-        if not memory['released']:
-            module.fail_json(msg='the memory did not come back after vLLM stopped: %s. vLLM is NOT started (it would '
-                                 'start into memory the host does not have); it stays stopped (read from %s; the '
-                                 'threshold: %s)' % (memory['why'], p['meminfo'], memory['threshold']),
-                             commands=redact(records, secrets), ready=None, changed=True, memory=memory)
-        more, failed = run_commands(run, split[1])
-        records += more
+        records, why, memory = stop_then_start(run, split[0], split[1], lambda: after_stop(p, client, before),
+                                               url=p['url'], meminfo=p['meminfo'])
     else:
         records, failed = run_commands(run, commands)
+        why = commands_failed(failed) if failed else None
     records = redact(records, secrets)
-    if failed:
-        module.fail_json(msg=redact('the restart failed: %s; the commands after it were not run' % describe_failure(failed),
-                                    secrets), commands=records, ready=None, changed=True, memory=memory)
+    if why:
+        extra = {'memory': memory} if memory is not None else {}
+        module.fail_json(msg=redact(why, secrets), commands=records, ready=None, changed=True, **extra)
     ready = None
     if waits:
         ready = redact(wait_ready(client, p['ready_timeout'], p['ready_delay'], model=p['model'], sleep=time.sleep,
@@ -385,6 +348,26 @@ def main():
     if memory is not None:
         result['memory'] = memory
     module.exit_json(**result)
+
+
+def invalid_settings(p):
+    """What is wrong with the numbers, against the catalogue's ranges: one sentence each."""
+    limits = dict(READY_LIMITS, metrics_timeout=CHECK_LIMITS['metrics_timeout'], **MEMORY_LIMITS)
+    return ['%s must be %s, got %s' % (key, range_words(bounds), p[key])
+            for key, bounds in limits.items() if in_range(p[key], bounds) is None]
+
+
+def commands_of(p):
+    """(every command in order, (stop commands, start commands) or None): what the action runs. With release_memory a
+    restart is split in two, to wait for the memory in between. Raises ServiceError for a method's missing setting."""
+    if p['action'] == 'wait_ready':
+        return [], None
+    commands = restart_commands(p['method'], p['service'], p['compose_project_dir'], p['restart_command'],
+                                upgrade=p['action'] == 'upgrade')
+    if p['release_memory'] and p['action'] == 'restart':
+        split = stop_start_commands(p['method'], p['service'], p['compose_project_dir'])
+        return split[0] + split[1], split
+    return commands, None
 
 
 def this_host(p):
