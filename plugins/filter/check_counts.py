@@ -36,7 +36,7 @@ _value:
   type: dict
 '''
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_summary import count_states
+from ansible_collections.modelops.vllm.plugins.plugin_utils._counts import count_states
 
 
 def check_counts(results):

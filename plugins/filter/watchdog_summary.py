@@ -104,6 +104,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.modelops.vllm.plugins.plugin_utils._counts import count_states, said_counts
 from ansible_collections.modelops.vllm.plugins.plugin_utils._hostvars import each_host
 
 
@@ -145,24 +146,6 @@ def play_results(hosts, hostvars):
     reported = set(str(item.get('host')) for item in results if isinstance(item, dict))
     results.extend(lost_result(host) for host in hosts if str(host) not in reported)
     return results
-
-
-def count_states(results, name='watchdog_summary'):
-    """Results per state (a result without one is unknown), in the order the states first appear."""
-    if not isinstance(results, (list, tuple)):
-        raise AnsibleFilterError('%s expects a list of results, got %s' % (name, type(results).__name__))
-    counts = {}
-    for item in results:
-        if not isinstance(item, dict):
-            raise AnsibleFilterError('%s expects dicts, got %s' % (name, type(item).__name__))
-        state = item.get('state') or 'unknown'
-        counts[state] = counts.get(state, 0) + 1
-    return counts
-
-
-def said_counts(counts, states=None):
-    """'<n> <state>, ...', in the order of states (default: the order of counts)."""
-    return ', '.join('%d %s' % (counts[state], state) for state in (counts if states is None else states))
 
 
 # What a result says, in the words of the one-line report.
@@ -210,7 +193,7 @@ def watchdog_summary(results, hostvars=None, textfile_required=False):
             required[str(host)] = _truthy(gate.get('textfile_required', textfile_required))
     if not isinstance(results, list):
         raise AnsibleFilterError('watchdog_summary expects a list of results, got %s' % type(results).__name__)
-    counts = count_states(results)
+    counts = count_states(results, 'watchdog_summary')
     restarted = []
     rebooted = []
     failed = []
