@@ -42,6 +42,13 @@ CHECK_SETTINGS = {
     'metrics_timeout': ('float', 10.0, (0, 600, False)),
 }
 
+# The health module's own: the largest /metrics answer it accepts (a real one is about 50 KB per engine) and how many
+# servers one run checks at once.
+HEALTH_SETTINGS = {
+    'metrics_max_bytes': ('int', 16 * 1024 * 1024, (1024, 64 * 1024 * 1024, True)),
+    'workers': ('int', 256, (1, 4096, True)),
+}
+
 # The check's memories: the stall window (0: off), the freeze a healthy server may show (freeze_limit) and how long
 # one check may keep watching a freeze that has not reached it yet (freeze_wait; 0: not at all).
 MEMORY_OF_CHECKS = {
@@ -143,8 +150,7 @@ GATE_LIMITS = limits_of(GATE_SETTINGS)
 # The health module's results_timeout, only when it collects a background check's file: the gate's (either collects it).
 RESULTS_TIMEOUT_LIMITS = GATE_SETTINGS['results_timeout'][2]
 # Every number option of the health module.
-HEALTH_LIMITS = dict(limits_of(CHECK_SETTINGS), metrics_max_bytes=(1024, 64 * 1024 * 1024, True),
-                     workers=(1, 4096, True), **limits_of(MEMORY_OF_CHECKS))
+HEALTH_LIMITS = dict(limits_of(CHECK_SETTINGS), **dict(limits_of(HEALTH_SETTINGS), **limits_of(MEMORY_OF_CHECKS)))
 
 # Every number the watchdog role's preflight checks, by its setting's name (the role's variable without its
 # vllm_watchdog_ prefix).

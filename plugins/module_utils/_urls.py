@@ -16,10 +16,11 @@ import ipaddress
 
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from ansible_collections.modelops.vllm.plugins.module_utils._settings import HEALTH_SETTINGS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError
 
-# The largest /metrics answer the check accepts by default (a real one is about 50 KB per engine).
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+# The largest /metrics answer the check accepts by default (the catalogue's metrics_max_bytes).
+DEFAULT_MAX_BYTES = HEALTH_SETTINGS['metrics_max_bytes'][1]
 
 
 def origin(url):

@@ -537,10 +537,11 @@ from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQ
 from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import (
-    CHECK_SETTINGS, GATE_SETTINGS, HEALTH_LIMITS, MEMORY_OF_CHECKS, RESULTS_TIMEOUT_LIMITS, check_deadline, option_specs)
+    CHECK_SETTINGS, GATE_SETTINGS, HEALTH_LIMITS, HEALTH_SETTINGS, MEMORY_OF_CHECKS, RESULTS_TIMEOUT_LIMITS, check_deadline,
+    option_specs)
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
 from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
-from ansible_collections.modelops.vllm.plugins.module_utils._urls import DEFAULT_MAX_BYTES, display_url
+from ansible_collections.modelops.vllm.plugins.module_utils._urls import display_url
 
 
 def invalid_settings(params):
@@ -589,15 +590,14 @@ def main():
             )),
             kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
             probe_api=dict(type='str', default='completions', choices=['completions', 'chat']),
-            metrics_max_bytes=dict(type='int', default=DEFAULT_MAX_BYTES),
             model=dict(type='str'),
-            workers=dict(type='int', default=256),
             results_file=dict(type='path'),
             results_timeout=option_specs(GATE_SETTINGS)['results_timeout'],
             background_dir=dict(type='path'),
             state_dir=dict(type='path'),
-            # interval, probe_timeout, metrics_timeout, stall_window, freeze_limit, freeze_wait: the catalogue's.
-            **dict(option_specs(CHECK_SETTINGS), **option_specs(MEMORY_OF_CHECKS))
+            # interval, probe_timeout, metrics_timeout, stall_window, freeze_limit, freeze_wait, metrics_max_bytes,
+            # workers: the catalogue's.
+            **dict(option_specs(CHECK_SETTINGS), **dict(option_specs(MEMORY_OF_CHECKS), **option_specs(HEALTH_SETTINGS)))
         ),
         required_one_of=[('url', 'servers', 'results_file')],
         mutually_exclusive=[('url', 'servers', 'results_file'), ('url', 'background_dir'),
