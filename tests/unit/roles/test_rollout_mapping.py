@@ -47,9 +47,26 @@ def text(*parts):
 
 
 def value(template, **variables):
-    """A default's value as the templating gives it: one expression, typed."""
+    """A default's value as the templating gives it: one expression, typed (the role's defaults for what it reads)."""
+    template = template.strip()
     assert template.startswith('{{') and template.endswith('}}'), template
-    return jinja2.Environment().compile_expression(template[2:-2])(**variables)
+    environment = jinja2.Environment()
+    environment.filters['bool'] = lambda v: v if isinstance(v, bool) else str(v).lower() in ('true', 'yes', '1', 'on')
+    variables = dict({'vllm_rollout_check_on_controller': False, 'inventory_hostname': 'gb10-01'}, **variables)
+    return environment.compile_expression(template[2:-2])(**variables)
+
+
+def test_the_default_url_follows_the_watchdog_s_convention():
+    """The host's own address when the checks run on the controller (as vllm_watchdog_url's default), else
+    127.0.0.1; it used to be 127.0.0.1 always, so a rollout from the controller checked the controller."""
+    template = load('defaults', 'main.yml')['vllm_rollout_url']
+    assert value(template) == 'http://127.0.0.1:8000'
+    assert value(template, vllm_rollout_check_on_controller=True) == 'http://gb10-01:8000'
+    assert value(template, vllm_rollout_check_on_controller=True, ansible_host='10.0.0.5') == 'http://10.0.0.5:8000'
+    watchdog = yaml.safe_load(text('roles', 'watchdog', 'defaults', 'main.yml'))['vllm_watchdog_url']
+    for on_controller in (True, False):
+        assert value(template, vllm_rollout_check_on_controller=on_controller, ansible_host='10.0.0.5') == value(
+            watchdog, vllm_watchdog_check_on_controller=on_controller, ansible_host='10.0.0.5')
 
 
 def test_every_watchdog_setting_is_mapped_once_and_only_in_the_defaults():
