@@ -89,3 +89,27 @@ def test_the_freeze_limit_is_one_default_everywhere_a_freeze_is_judged():
     with open(os.path.join(REPO, 'extensions', 'prometheus', 'vllm.rules.yml.j2')) as handle:
         rules = handle.read()
     assert re.search(r'vllm_prometheus_stuck_seconds \| default\(%d\)' % DEFAULT_LIMIT, rules)
+
+
+def _tasks(node):
+    """Every task of a task file, blocks opened (their block, rescue and always)."""
+    for task in node or []:
+        if not isinstance(task, dict):
+            continue
+        yield task
+        for part in ('block', 'rescue', 'always'):
+            yield from _tasks(task.get(part))
+
+
+def test_every_gate_run_that_decides_names_the_role_s_variables():
+    """A gate run that decides (instances, a verdict by name, an escalation) passes setting_prefix, so that its
+    reasons name vllm_watchdog_reboot, not the module's reboot; the bookkeeping runs (record_failure,
+    record_outcome) decide nothing."""
+    runs = []
+    for name in sorted(os.listdir(os.path.join(REPO, 'roles', 'watchdog', 'tasks'))):
+        for task in _tasks(load('tasks', name)):
+            args = task.get('modelops.vllm.watchdog_gate')
+            if isinstance(args, dict) and ({'instances', 'name', 'escalate'} & set(args)):
+                runs.append((name, task['name'], args.get('setting_prefix')))
+    assert len(runs) >= 3, runs  # the decision, the escalation after a stop, the unreachable host
+    assert [run for run in runs if run[2] != 'vllm_watchdog_'] == []
