@@ -124,11 +124,20 @@ class Client(object):
         self.probe_api = probe_api
         self.clock = clock
         self.ends = ends  # the check's overall deadline, on ``clock``; None for none
-        import requests  # pylint: disable=import-outside-toplevel
-        self.session = requests.Session()
         # Environment proxies (and .netrc) only when asked for, and never for this machine.
-        self.session.trust_env = bool(use_proxy) and not is_loopback(url)
-        self.session.headers['User-Agent'] = 'modelops.vllm.health'
+        self.trust_env = bool(use_proxy) and not is_loopback(url)
+
+    def _session(self):
+        """A session of its own for each request, closed after it: one request per connection. vLLM's API server
+        closes a connection idle for VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s (uvicorn's timeout_keep_alive), and the
+        check's reads are ``interval`` apart, 5 s by default: a kept-alive connection would be reused just as the
+        server closes it (a reset, on a loaded host), and the read fail. ``Connection: close`` tells the server."""
+        import requests  # pylint: disable=import-outside-toplevel
+        session = requests.Session()
+        session.trust_env = self.trust_env
+        session.headers['User-Agent'] = 'modelops.vllm.health'
+        session.headers['Connection'] = 'close'
+        return session
 
     # -- the endpoints -------------------------------------------------------
 
@@ -214,34 +223,35 @@ class Client(object):
             data = json.dumps(body)
             send_headers['Content-Type'] = 'application/json'
         for dummy in range(MAX_REDIRECTS + 1):
-            try:
-                response = self.session.request(method, url, headers=send_headers, data=data, timeout=timeout,
-                                                verify=self.verify, allow_redirects=False, stream=True)
-            except (rexc.InvalidHeader, rexc.InvalidURL, rexc.MissingSchema, rexc.InvalidSchema) as exc:
-                raise CheckError('the request to /%s could not be sent (%s)' % (path, type(exc).__name__))
-            except rexc.RequestException as exc:
-                kind, message = _classify(exc, timeout)
-                return Fetched(error=kind, message=message)
-            except _UNSENT as exc:
-                # Raised while the request was prepared or its headers encoded: nothing was sent, so
-                # this says nothing about the server.
-                raise CheckError('the request to /%s could not be sent (%s)' % (path, type(exc).__name__))
-            outcome['answered'] = response.status_code
-            try:
-                if response.status_code in _REDIRECTS and response.headers.get('Location'):
-                    try:
-                        target = urljoin(url, response.headers['Location'])
-                        other = origin(target) != origin(url)
-                    except ValueError:
-                        return Fetched(error='redirect', message='a redirect to a location that is not a URL')
-                    if other:
-                        return Fetched(error='redirect', message='redirected to another server (%s); point url at the '
-                                       '%s server itself' % (display_url(target)[:200], self.profile.title))
-                    url = target
-                    continue
-                return self._read_body(response, text_only, max_bytes, timeout)
-            finally:
-                response.close()
+            with self._session() as session:  # each hop, a redirect's too, on a connection of its own
+                try:
+                    response = session.request(method, url, headers=send_headers, data=data, timeout=timeout,
+                                               verify=self.verify, allow_redirects=False, stream=True)
+                except (rexc.InvalidHeader, rexc.InvalidURL, rexc.MissingSchema, rexc.InvalidSchema) as exc:
+                    raise CheckError('the request to /%s could not be sent (%s)' % (path, type(exc).__name__))
+                except rexc.RequestException as exc:
+                    kind, message = _classify(exc, timeout)
+                    return Fetched(error=kind, message=message)
+                except _UNSENT as exc:
+                    # Raised while the request was prepared or its headers encoded: nothing was sent, so
+                    # this says nothing about the server.
+                    raise CheckError('the request to /%s could not be sent (%s)' % (path, type(exc).__name__))
+                outcome['answered'] = response.status_code
+                try:
+                    if response.status_code in _REDIRECTS and response.headers.get('Location'):
+                        try:
+                            target = urljoin(url, response.headers['Location'])
+                            other = origin(target) != origin(url)
+                        except ValueError:
+                            return Fetched(error='redirect', message='a redirect to a location that is not a URL')
+                        if other:
+                            return Fetched(error='redirect', message='redirected to another server (%s); point url at '
+                                           'the %s server itself' % (display_url(target)[:200], self.profile.title))
+                        url = target
+                        continue
+                    return self._read_body(response, text_only, max_bytes, timeout)
+                finally:
+                    response.close()
         return Fetched(error='redirect', message='more than %d redirects' % MAX_REDIRECTS)
 
     def _read_body(self, response, text_only, max_bytes, timeout):
