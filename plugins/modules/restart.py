@@ -359,15 +359,16 @@ def invalid_settings(p):
 
 def commands_of(p):
     """(every command in order, (stop commands, start commands) or None): what the action runs. With release_memory a
-    restart is split in two, to wait for the memory in between. Raises ServiceError for a method's missing setting."""
+    restart is split in two, to wait for the memory in between, where its method can be (your own command cannot).
+    Raises ServiceError for a method's missing setting."""
     if p['action'] == 'wait_ready':
         return [], None
     commands = restart_commands(p['method'], p['service'], p['compose_project_dir'], p['restart_command'],
                                 upgrade=p['action'] == 'upgrade')
+    split = None
     if p['release_memory'] and p['action'] == 'restart':
-        split = stop_start_commands(p['method'], p['service'], p['compose_project_dir'])
-        return split[0] + split[1], split
-    return commands, None
+        split = stop_start_commands(p['method'], p['service'], p['compose_project_dir'])  # None: not split (command)
+    return (split[0] + split[1], split) if split else (commands, None)
 
 
 def this_host(p):
