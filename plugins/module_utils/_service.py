@@ -372,6 +372,9 @@ TABLE = (
     ),
 )
 METHODS = tuple(one.name for one in TABLE)
+# The methods that stop and start on their own (a restart with a memory wait between; a rank of an instance across
+# hosts): your own command restarts in one go.
+STOP_START_METHODS = tuple(one.name for one in TABLE if one.stop is not None and one.start is not None)
 _BY_NAME = dict((one.name, one) for one in TABLE)
 
 

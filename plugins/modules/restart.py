@@ -57,8 +57,13 @@ options:
       - V(restart) runs the restart commands, V(upgrade) the commands that recreate the service with a new environment
         (the unit's drop-in or the compose env file must already hold it). V(wait_ready) runs nothing and only waits
         until the server is ready (for example on the controller, when the server is checked from there).
+      - V(stop) and V(start) run only the stop or only the start commands of V(systemd), V(docker) or V(compose), for
+        an instance that spans hosts, which is stopped and started rank by rank on each of its hosts
+        (docs/multinode.md). With O(release_memory), a stop then waits until the host's memory is back, and fails with
+        RV(memory.released=false) when it is not. A start waits until the server is ready only with O(wait_ready)
+        and O(url) (a rank that serves no HTTP of its own is started with O(wait_ready=false)).
     type: str
-    choices: [restart, upgrade, wait_ready]
+    choices: [restart, upgrade, wait_ready, stop, start]
     default: restart
   method:
     description: The restart method.
@@ -246,6 +251,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._ready import (
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     METHODS,
+    STOP_START_METHODS,
     ServiceError,
     commands_failed,
     restart_commands,
@@ -263,7 +269,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             connection_args(),
-            action=dict(type='str', default='restart', choices=['restart', 'upgrade', 'wait_ready']),
+            action=dict(type='str', default='restart', choices=['restart', 'upgrade', 'wait_ready', 'stop', 'start']),
             method=dict(type='str', default='systemd', choices=list(METHODS)),
             service=dict(type='str'),
             compose_project_dir=dict(type='str'),
@@ -287,7 +293,7 @@ def main():
     p = module.params
     secrets = secrets_of({'api_key': p['api_key'], 'url': p['url']})
     module.no_log_values.update(secrets)
-    waits = p['wait_ready'] or p['action'] == 'wait_ready'
+    waits = (p['wait_ready'] and p['action'] != 'stop') or p['action'] == 'wait_ready'
     for problem in invalid_settings(p):
         module.fail_json(msg=problem)
     if waits and not p['url']:
@@ -331,6 +337,10 @@ def main():
     else:
         records, failed = run_commands(run, commands)
         why = commands_failed(failed) if failed else None
+        if not why and p['action'] == 'stop' and p['release_memory']:
+            memory = wait_for_memory(p)
+            if not memory['released']:
+                why = 'stopped, and the memory did not come back (%s): not started' % (memory.get('why') or '?')
     records = redact(records, secrets)
     if why:
         extra = {'memory': memory} if memory is not None else {}
@@ -363,6 +373,12 @@ def commands_of(p):
     Raises ServiceError for a method's missing setting."""
     if p['action'] == 'wait_ready':
         return [], None
+    if p['action'] in ('stop', 'start'):
+        split = stop_start_commands(p['method'], p['service'], p['compose_project_dir'])
+        if split is None:
+            raise ServiceError('the %s method has no %s of its own (only %s have)'
+                               % (p['method'], p['action'], ', '.join(STOP_START_METHODS)))
+        return (split[0] if p['action'] == 'stop' else split[1]), None
     commands = restart_commands(p['method'], p['service'], p['compose_project_dir'], p['restart_command'],
                                 upgrade=p['action'] == 'upgrade')
     split = None

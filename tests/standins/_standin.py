@@ -42,6 +42,7 @@ of the real service managers. Every call:
           "container_id": "4f1c...",               # docker/compose: the container id (default: derived)
           "project_dir": "/srv/vllm",              # compose: the project directory it belongs to
           "restart_rc": 0,                         # exit status of a restart (non-zero: it fails, nothing restarts)
+          "stop_rc": 0,                            # exit status of a stop (non-zero: it fails, nothing stops)
           "main_pid": 1234,                        # MainPID / .State.Pid (default: the pid of the simulator it runs
                                                    #   on while the service runs; null: none)
           "control_url": "http://127.0.0.1:21001", # optional: the simulator this service's server runs on (default:
@@ -287,6 +288,9 @@ def set_memory(config, which):
 
 def stop(config, name):
     svc = config.service(name)
+    rc = int(svc.get('stop_rc', 0) or 0)
+    if rc:
+        raise StandinError(svc.get('stop_error') or 'standin: stop of %s fails (stop_rc %d)' % (name, rc), rc)
     if svc.get('server'):
         _control(config, 'POST', '/servers/%s/state' % svc['server'], {'state': 'stop'}, svc=svc)
     svc['state'] = 'inactive'

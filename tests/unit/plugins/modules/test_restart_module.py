@@ -36,6 +36,20 @@ def test_every_method_and_action_gives_its_commands(method, release_memory, acti
         assert not (release_memory and action == 'restart' and method != 'command')
 
 
+@pytest.mark.parametrize('method', list(METHODS))
+@pytest.mark.parametrize('action', ['stop', 'start'])
+def test_a_stop_or_a_start_alone_is_that_half_of_the_method_and_your_own_command_has_none(method, action):
+    """A rank of an instance across hosts is stopped and started on its own host, one half at a time."""
+    if method == 'command':
+        with pytest.raises(restart.ServiceError, match='the command method has no %s of its own' % action):
+            restart.commands_of(params(method=method, action=action))
+        return
+    stop_then_start, split = restart.commands_of(params(method=method, action='restart', release_memory=True))
+    commands, none = restart.commands_of(params(method=method, action=action, release_memory=True))
+    assert none is None and commands == (split[0] if action == 'stop' else split[1]) and commands
+    assert all(word in ' '.join(commands[0]) for word in (action, 'vllm'))
+
+
 def test_the_command_method_with_the_memory_wait_is_one_command():
     """Your own command cannot be split into a stop and a start: it runs as it is (a crash before: 'NoneType' object
     is not subscriptable, every command-method restart of the watchdog failed)."""
