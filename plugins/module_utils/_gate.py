@@ -31,6 +31,7 @@ import time
 
 from ansible_collections.modelops.vllm.plugins.module_utils import _evidence
 from ansible_collections.modelops.vllm.plugins.module_utils import _host
+from ansible_collections.modelops.vllm.plugins.module_utils import _ranks
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
 from ansible_collections.modelops.vllm.plugins.module_utils._types import (
@@ -134,6 +135,10 @@ class Gate(object):
         # kept or returned.
         self.spellings = forms([item.get('api_key') for item in self.p['instances'] or []])
         self._kernel = None
+        # What the hosts of the instances' other ranks said this run (an instance across hosts), by instance.
+        self.ranks = {}
+        for report in _ranks.reports(self.p.get('ranks')):
+            self.ranks.setdefault(report['instance'], []).append(report)
 
     def redact(self, value):
         return redact(value, self.spellings)
@@ -249,7 +254,10 @@ class Gate(object):
         paths = statedir.paths(self.p['state_dir'], name)
         verdict = verdict if isinstance(verdict, dict) else {}
         state = verdict.get('state') if verdict.get('state') in STATES else 'unknown'
-        out = {'name': name, 'state': state, 'reason': str(verdict.get('reason') or '')[:1000],
+        ranks = self.ranks.get(name) or []
+        # An instance across hosts: the head's verdict, changed only by what its other ranks show (_ranks).
+        state, reason = _ranks.instance_verdict(state, str(verdict.get('reason') or ''), ranks)
+        out = {'name': name, 'state': state, 'reason': reason[:1000],
                'verdict': dict((k, verdict.get(k)) for k in VERDICT_KEYS if k in verdict), 'service': {},
                'paused': False, 'evidence_file': None, 'history_file': paths['history'], 'waited_for_lock': 0.0,
                'restarts_in_window': 0, 'budget_left': None, 'cooldown': 0.0, 'uptime': None}
@@ -260,7 +268,7 @@ class Gate(object):
             out.update(action=NONE, decision='a proxy is checked by GET /v1/models only and never restarted by this '
                                              'role; watch its backends directly')
             return self.finish(item, out, paths, None)
-        service = self.service_of(item, state)
+        service = _ranks.combined_service(self.service_of(item, state), ranks)
         out['service'] = service
         process_start = item.get('process_start_time') or _process_start(verdict)
         out['verdict']['process_start_time'] = process_start

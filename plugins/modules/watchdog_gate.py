@@ -162,6 +162,19 @@ options:
         (its C(results_file)); the verdicts are taken from it by instance name. The module waits for the job to finish
         (up to O(results_timeout)) and removes the file, so the job needs no C(async_status).
     type: path
+  ranks:
+    description:
+      - What the hosts of the other ranks of the O(instances) that span hosts said this run (docs/multinode.md), as the
+        C(results) of a loop of M(modelops.vllm.service_info) over those ranks, each with its C(item) (C(instance),
+        C(rank), C(host), C(service)), as the modelops.vllm.watchdog role registers it; a host that did not answer is
+        an C(unreachable) result.
+      - An instance with ranks is judged from its head's verdict, changed only by its ranks; a verdict that proves a
+        step (V(idle), V(busy), V(up), V(restarted)) stands, any other is V(down) when a rank's service does not run
+        or its host did not answer, and the service the decision reads runs only when every rank runs, since the
+        latest start of them all.
+    type: list
+    elements: dict
+    default: []
   results_timeout:
     description: Seconds to wait for O(results_file) to hold a finished result.
     type: float
@@ -717,6 +730,7 @@ def main():
                 api_key=dict(type='str', no_log=True),
             )),
             results_file=dict(type='path'),
+            ranks=dict(type='list', elements='dict', default=[]),
             name=dict(type='str'),
             state=dict(type='str', choices=STATES),
             reason=dict(type='str', default=''),
