@@ -41,6 +41,16 @@ options:
       - What is wrong is then returned, never raised (instance names that are not unique, an instance that is not a dict).
     type: bool
     default: false
+  head:
+    description:
+      - With O(settings), the inventory name of the host the instances run on; the other ranks of an instance that spans
+        hosts (its C(ranks)) must be other hosts.
+    type: str
+  inventory:
+    description:
+      - With O(settings), the inventory's hosts (C(groups.all)), of which every rank's C(host) must be one.
+    type: list
+    elements: str
   settings:
     description:
       - The role's check and guard-rail settings (C(interval), C(probe_timeout), C(metrics_timeout), C(startup_grace),
@@ -67,17 +77,19 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.modelops.vllm.plugins.module_utils import _ranks
 from ansible_collections.modelops.vllm.plugins.module_utils._service import problems as method_problems
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import WATCHDOG_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import range_problems
 from ansible_collections.modelops.vllm.plugins.module_utils._urls import url_mistake
 
 
-def invalid(settings, instances):
+def invalid(settings, instances, head=None, inventory=None):
     """What is wrong with the settings and the merged instances, as messages."""
     errors = range_problems(settings, WATCHDOG_LIMITS, name='vllm_watchdog_%s')
     for one in instances:
         name = one.get('name')
+        errors.extend('%s: %s' % (name, problem) for problem in _ranks.problems(one, head, inventory))
         errors.extend('%s: %s' % (name, problem) for problem in method_problems(
             one.get('restart_method'), one.get('service'), one.get('compose_project_dir'), one.get('restart_command')))
         if one.get('kind', 'backend') not in ('backend', 'proxy'):
@@ -88,7 +100,8 @@ def invalid(settings, instances):
     return errors
 
 
-def watchdog_instances(instances, base, keys=None, settings=None, problems=False, host=None):
+def watchdog_instances(instances, base, keys=None, settings=None, problems=False, host=None, head=None,
+                       inventory=None):
     if not isinstance(instances, (list, tuple)) or not isinstance(base, dict):
         return _refuse(problems, 'watchdog_instances expects a list of dicts and a dict of settings')
     merged = []
@@ -99,6 +112,8 @@ def watchdog_instances(instances, base, keys=None, settings=None, problems=False
         one.update(item)
         if 'url' in item:
             one['url_is_default'] = False
+        if one.get('ranks') and settings is None:
+            one['ranks'] = _ranks.ranks_of(one)
         if keys:
             one = dict((k, one[k]) for k in keys if k in one)
         merged.append(one)
@@ -108,7 +123,7 @@ def watchdog_instances(instances, base, keys=None, settings=None, problems=False
     if host is not None:
         merged = [dict(one, name='%s/%s' % (host, one.get('name'))) for one in merged]
     if settings is not None:
-        errors = invalid(settings, merged)
+        errors = invalid(settings, merged, head, inventory)
         if problems:
             return errors
         if errors:

@@ -49,6 +49,9 @@ CONVENTIONS = {
     'vllm_api_key': ({'type': 'str', 'no_log': True}, 'inventory'),
     'vllm_model': ({'type': 'str'}, 'inventory'),
     'vllm_instances': ({'type': 'list', 'elements': 'dict'}, 'inventory'),
+    # One instance across hosts, on its head (docs/multinode.md).
+    'vllm_ranks': ({'type': 'list', 'elements': 'dict'}, 'inventory'),
+    'vllm_launch': ({'type': 'str', 'choices': ['', 'nnodes', 'ray']}, 'inventory'),
     'vllm_validate_certs': ({'type': 'bool'}, 'inventory'),
     'vllm_ca_path': ({'type': 'str'}, 'inventory'),
     'vllm_strict_variables': ({'type': 'bool'}, 'inventory'),
@@ -108,9 +111,9 @@ INSTANCE_LISTS = ('vllm_instances', 'vllm_watchdog_instances')
 # where a run restarts (the watchdog, the rollout), such a name is an error on its host, never a warning. (A
 # misspelled URL only leaves the check on the default URL, and the watchdog restarts nothing it cannot show serves
 # the URL it judged: a warning.)
-TARGETS = ('vllm_instances', 'vllm_watchdog_instances', 'vllm_watchdog_service', 'vllm_watchdog_restart_method',
-           'vllm_watchdog_restart_command', 'vllm_watchdog_compose_project_dir', 'vllm_rollout_service',
-           'vllm_rollout_method', 'vllm_rollout_command', 'vllm_rollout_compose_project_dir')
+TARGETS = ('vllm_instances', 'vllm_watchdog_instances', 'vllm_ranks', 'vllm_watchdog_ranks', 'vllm_watchdog_service',
+           'vllm_watchdog_restart_method', 'vllm_watchdog_restart_command', 'vllm_watchdog_compose_project_dir',
+           'vllm_rollout_service', 'vllm_rollout_method', 'vllm_rollout_command', 'vllm_rollout_compose_project_dir')
 
 # The numbers whose range the collection's catalogue of settings gives, by the prefix of their variables: the fleet
 # check's settings are the health module's options, the roles' their own.

@@ -42,6 +42,7 @@ MINUTES = {
     'test_fleet': 8.4,
     'test_publish': 6.0,
     'test_sshfleet': 5.0,
+    'test_multinode': 2.5,  # 2026-12-04, measured alone: its six SSH tests (its real-vLLM test is in that group)
     'test_hostile': 4.6,
     'prometheus-eda': 5.1,
 }

@@ -28,6 +28,7 @@ BLOCKS = {
     "sshfleet-sshd": (25000, 25099),        # tests/integration/test_sshfleet.py: sshd (one port per fleet)
     "fleet-bench-sshd": (25100, 25109),     # benchmarks/fleet.py: sshd
     "fleet-sshd": (25110, 25119),           # tests/integration/test_fleet.py: sshd (one port per fleet)
+    "multinode-sshd": (25120, 25129),       # tests/integration/test_multinode.py: sshd
     "fleet-bench": (25400, 25499),          # benchmarks/fleet.py: the simulator's control port
     "sshfleet": (25500, 25999),             # tests/integration/test_sshfleet.py: the simulators' control ports
     "prometheus": (26000, 26499),           # tests/integration/test_prometheus.py: its simulator
@@ -43,6 +44,7 @@ BLOCKS = {
     "local": (28800, 28899),                # tests/integration/test_local.py: its simulator
     "mistakes": (29000, 29399),             # tests/integration/test_watchdog_mistakes.py: its two simulators
     "hostile-restart": (29400, 29499),      # tests/integration/test_hostile_restart.py: its listeners
+    "multinode": (29500, 29599),            # tests/integration/test_multinode.py: its fleet's simulator
 }
 
 
