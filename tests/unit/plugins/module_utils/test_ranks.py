@@ -8,7 +8,8 @@ import pytest
 from ansible_collections.modelops.vllm.plugins.module_utils import _ranks
 from ansible_collections.modelops.vllm.plugins.module_utils._types import STATES
 
-from tests.unit.plugins.module_utils.test_gate import SERVING, START, make, served, systemd  # noqa: F401 (a fixture)
+from tests.unit.plugins.module_utils.test_gate import (  # noqa: F401  pylint: disable=unused-import
+    SERVING, START, make, served, systemd)  # served: a fixture
 from tests.unit.plugins.module_utils.test_gate import item as gate_item
 
 HEAD = {'name': 'big', 'restart_method': 'docker', 'service': 'vllm-head', 'compose_project_dir': '',
