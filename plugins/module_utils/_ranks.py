@@ -21,6 +21,14 @@ from ansible_collections.modelops.vllm.plugins.module_utils._types import SERVIN
 # first and stop it first (docs/multinode.md says why).
 LAUNCHES = ('nnodes', 'ray')
 RANK_KEYS = ('host', 'service', 'restart_method', 'compose_project_dir')
+# Sentences said at most of one instance's ranks (an inventory of a thousand wrong ranks is not a thousand lines).
+MAX_PROBLEMS = 10
+
+
+def _said(value):
+    """A value as a sentence shows it: its repr, cut (it comes from the inventory, any size)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + '...'
 
 
 def ranks_of(instance):
@@ -42,46 +50,53 @@ def problems(instance, head=None, inventory=None):
     ranks, launch = instance.get('ranks'), instance.get('launch')
     if ranks in (None, '', []):
         if launch not in (None, ''):
-            return ['launch %r is given without ranks: it says how the other ranks of an instance across hosts are '
-                    'started, and there are none' % (launch,)]
+            return ['launch %s is given without ranks: it says how the other ranks of an instance across hosts are '
+                    'started, and there are none' % _said(launch)]
         return []
     if not isinstance(ranks, (list, tuple)):
         return ['ranks must be a list of the other nodes ({host, service}), got %s' % type(ranks).__name__]
     errors = []
     if launch not in LAUNCHES:
-        errors.append('launch must be %s for an instance with ranks, got %r' % (' or '.join(LAUNCHES), launch))
+        errors.append('launch must be %s for an instance with ranks, got %s' % (' or '.join(LAUNCHES), _said(launch)))
     if instance.get('restart_method') not in RANK_METHODS:
         errors.append('an instance with ranks is stopped and started rank by rank: its restart_method must be %s, '
-                      'got %r' % (', '.join(RANK_METHODS), instance.get('restart_method')))
+                      'got %s' % (', '.join(RANK_METHODS), _said(instance.get('restart_method'))))
     seen = []
     for index, rank in enumerate(ranks):
         where = 'rank %d' % (index + 1)
         if not isinstance(rank, dict):
             errors.append('%s must be a dict ({host, service}), got %s' % (where, type(rank).__name__))
             continue
-        unknown = sorted(str(k) for k in rank if k not in RANK_KEYS)
+        unknown = sorted(_said(k) for k in rank if k not in RANK_KEYS)
         if unknown:
-            errors.append('%s: unknown key(s) %s (a rank takes %s)' % (where, ', '.join(unknown), ', '.join(RANK_KEYS)))
+            errors.append('%s: unknown key(s) %s (a rank takes %s)' % (where, ', '.join(unknown[:5]), ', '.join(RANK_KEYS)))
+        wrong = sorted(k for k in ('service', 'restart_method', 'compose_project_dir')
+                       if rank.get(k) is not None and not isinstance(rank.get(k), str))
+        if wrong:
+            errors.append('%s: %s must be a string' % (where, ', '.join(wrong)))
         host = rank.get('host')
         if not isinstance(host, str) or not host:
-            errors.append('%s: host must be the inventory name of its host, got %r' % (where, host))
+            errors.append('%s: host must be the inventory name of its host, got %s' % (where, _said(host)))
             continue
         if host == head:
-            errors.append('%s: host %s is the head itself: a rank is another host' % (where, host))
+            errors.append('%s: host %s is the head itself: a rank is another host' % (where, _said(host)[1:-1]))
         elif inventory is not None and host not in inventory:
-            errors.append('%s: host %s is not a host of the inventory (the watchdog reaches it as one)' % (where, host))
+            errors.append('%s: host %s is not a host of the inventory (the watchdog reaches it as one)'
+                          % (where, _said(host)[1:-1]))
         if host in seen:
-            errors.append('%s: host %s is listed twice' % (where, host))
+            errors.append('%s: host %s is listed twice' % (where, _said(host)[1:-1]))
         seen.append(host)
     for one in ranks_of(instance):
         if not one['service'] and one['restart_method'] in RANK_METHODS:
             errors.append('rank %d: service is needed (the unit, container or compose service of the rank)'
                           % one['rank'])
         if one['restart_method'] not in RANK_METHODS:
-            errors.append('rank %d: restart_method must be %s, got %r'
-                          % (one['rank'], ', '.join(RANK_METHODS), one['restart_method']))
+            errors.append('rank %d: restart_method must be %s, got %s'
+                          % (one['rank'], ', '.join(RANK_METHODS), _said(one['restart_method'])))
         if one['restart_method'] == 'compose' and not one['compose_project_dir']:
             errors.append('rank %d: compose_project_dir is needed with the compose method' % one['rank'])
+    if len(errors) > MAX_PROBLEMS:
+        errors = errors[:MAX_PROBLEMS] + ['and %d more of its ranks\' problems' % (len(errors) - MAX_PROBLEMS)]
     return errors
 
 

@@ -39,7 +39,7 @@ def test_ranks_are_numbered_from_one_with_the_head_s_method_unless_their_own():
     ({'ranks': [{'host': 'spark-01'}]}, 'rank 1: host spark-01 is the head itself'),
     ({'ranks': [{'host': 'spark-09'}]}, 'rank 1: host spark-09 is not a host of the inventory'),
     ({'ranks': [{'host': 'spark-02'}, {'host': 'spark-02'}]}, 'rank 2: host spark-02 is listed twice'),
-    ({'ranks': [{'host': 'spark-02', 'servce': 'x'}]}, 'rank 1: unknown key(s) servce'),
+    ({'ranks': [{'host': 'spark-02', 'servce': 'x'}]}, "rank 1: unknown key(s) 'servce'"),
     ({'ranks': [{'host': 'spark-02', 'restart_method': 'command'}]}, "rank 1: restart_method must be systemd, docker, "
                                                                      "compose, got 'command'"),
     ({'ranks': [{'host': 'spark-02', 'restart_method': 'compose'}]}, 'rank 1: compose_project_dir is needed'),
@@ -154,3 +154,34 @@ def test_another_instance_of_the_host_is_not_touched_by_these_ranks(tmp_path):
     gate, runner, clock, statedir = make(tmp_path, {}, ranks=[result(False)])
     out = gate.run([gate_item('small', verdict={'state': 'idle', 'reason': 'probe answered'})], {}, None)[0]
     assert (out['state'], out['reason']) == ('idle', 'probe answered') and 'ranks' not in out['service']
+
+
+GARBAGE = [None, 0, -1, 1.5, float('nan'), True, '', 'x' * 100000, '\x00\x1b[31m', [], [None], [[]], [{}],
+           [{'host': 'spark-\x1b[31m'}], [{'host': 'y' * 100000, 'z' * 100000: 1}],
+           [{'host': ['a']}], [{'host': {'a': 1}}], [{'host': 'spark-02', 'service': ['x']}], {'host': 'spark-02'},
+           [{'host': 'spark-02', 'restart_method': None}], [{'host': 'h%d' % i} for i in range(1000)]]
+
+
+@pytest.mark.parametrize('ranks', GARBAGE, ids=range(len(GARBAGE)))
+@pytest.mark.parametrize('launch', [None, '', 'nnodes', 7, ['ray'], 'n' * 100000, '\x1b]0;x\x07'])
+def test_no_inventory_is_a_traceback_only_sentences(ranks, launch):
+    instance = dict(HEAD, ranks=ranks, launch=launch)
+    found = _ranks.problems(instance, head='spark-01', inventory=['spark-01', 'spark-02'])
+    assert isinstance(found, list) and all(isinstance(one, str) and len(one) < 400 for one in found)
+    assert len(found) <= _ranks.MAX_PROBLEMS + 1 and not any('\x1b' in one or '\x00' in one for one in found)
+    # Nothing to say only where nothing is wrong: no ranks, or one good rank (its method the head's when not given).
+    assert found or ranks in (None, '', []) or ranks in ([{'host': 'spark-02'}],
+                                                         [{'host': 'spark-02', 'restart_method': None}])
+    assert isinstance(_ranks.ranks_of(instance), list)
+
+
+@pytest.mark.parametrize('results', [None, 'x', [None, 1, 'x', {}], [{'item': None}], [{'item': 'x'}],
+                                     [{'item': {}, 'running': 'yes', 'started_at': {'a': 1}, 'status': ['x'] * 10}],
+                                     [{'item': {'rank': 1}, 'unreachable': True, 'msg': 'x' * 100000}]])
+def test_what_a_rank_s_host_said_is_never_a_traceback(results, tmp_path):
+    found = _ranks.reports(results)
+    assert all(one['running'] in (True, False, None) and len(one['status']) <= 260 for one in found)
+    state, reason = _ranks.instance_verdict('stuck', 'why', found)
+    assert state in STATES and isinstance(reason, str)
+    service = _ranks.combined_service({'running': True, 'started_at': 'garbage'}, found)
+    assert service.get('running') in (True, False, None)
