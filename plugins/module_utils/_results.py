@@ -83,6 +83,10 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
         values = {'state': decision.get('state') or 'unknown', 'reason': decision.get('reason') or '',
                   'decision': decision.get('decision') or '', 'evidence_file': decision.get('evidence_file'),
                   'evidence': decision.get('evidence'), 'textfile_error': textfile_error}
+        if outcome.get('ranks_evidence'):
+            # An instance across hosts: where the other ranks' evidence is kept, on their hosts, and what it holds.
+            values['evidence'] = '; '.join(w for w in (values['evidence'], 'the other ranks: %s'
+                                                       % str(outcome['ranks_evidence'])[:800]) if w)
         if action == 'restart' and outcome.get('escalated') and not check_mode:
             # The restart stopped vLLM and its memory did not come back: not started; the gate took the next step.
             error, escalation = str(outcome.get('error') or '')[:400], str(outcome.get('escalation') or '')[:800]
