@@ -24,9 +24,17 @@ options:
       - The settings. C(method), C(service), C(compose_project_dir) and C(command) are the restart method's; the numbers
         looked at are C(interval), C(probe_timeout), C(metrics_timeout), C(freeze_limit), C(freeze_wait),
         C(command_timeout), C(ready_timeout), C(ready_delay), C(lock_timeout), C(idle_timeout), C(idle_delay) and
-        C(verify_retries). A key that is not given is not looked at.
+        C(verify_retries). C(ranks) and C(launch) are those of an instance across hosts (docs/multinode.md), checked as the
+        watchdog checks them. A key that is not given is not looked at.
     type: dict
     required: true
+  head:
+    description: The host the settings are of (the head of an instance across hosts, which its ranks must not be).
+    type: str
+  inventory:
+    description: The inventory's hosts (C(groups.all)), of which every rank's host must be one.
+    type: list
+    elements: str
   upgrade:
     description: Check what an upgrade needs too (for example the C(command) that recreates a plain container).
     type: bool
@@ -53,17 +61,23 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.modelops.vllm.plugins.module_utils import _ranks
 from ansible_collections.modelops.vllm.plugins.module_utils._service import problems
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import ROLLOUT_LIMITS
 from ansible_collections.modelops.vllm.plugins.module_utils._types import range_problems
 
 
-def rollout_problems(settings, upgrade=False):
+def rollout_problems(settings, upgrade=False, head=None, inventory=None):
     if not isinstance(settings, dict):
         raise AnsibleFilterError('rollout_problems expects a dict of settings, got %s' % type(settings).__name__)
     method = problems(settings.get('method'), settings.get('service'), settings.get('compose_project_dir'),
                       settings.get('command'), upgrade=upgrade)
-    return method + range_problems(settings, ROLLOUT_LIMITS, name='vllm_rollout_%s')
+    instance = {'ranks': settings.get('ranks'), 'launch': settings.get('launch'), 'restart_method': settings.get('method'),
+                'service': settings.get('service'), 'compose_project_dir': settings.get('compose_project_dir')}
+    ranks = ['vllm_rollout_ranks: %s' % one for one in _ranks.problems(instance, head, inventory)]
+    if upgrade and settings.get('ranks') and not ranks:
+        ranks.append('an upgrade of an instance across hosts (vllm_rollout_ranks) is not supported yet: only a restart')
+    return method + ranks + range_problems(settings, ROLLOUT_LIMITS, name='vllm_rollout_%s')
 
 
 class FilterModule(object):

@@ -119,6 +119,18 @@ def test_a_stuck_head_restarts_every_rank_once_in_order_and_two_runs_at_once_res
     history = json.loads((tmp_path / "state-head" / "vllm.json").read_text())
     assert len(history["restarts"]) == 1, history
     assert spark.fleet.sim.get(spark.fleet.server_id(spark.head))["restarts"] == 1
+    # The evidence of the other rank, kept on its host before anything was stopped, named in the line.
+    kept = sorted((tmp_path / "state-head" / "evidence").glob("vllm-rank1-*.json"))
+    assert len(kept) == 1, list((tmp_path / "state-head" / "evidence").iterdir())
+    evidence = json.loads(kept[0].read_text())
+    assert evidence["name"] == "vllm-rank1" and evidence["service"]["running"] is True, evidence
+    assert set(evidence["hang"]) == {"meminfo", "kernel", "stacks", "nvidia_smi"}, evidence
+    assert "the other ranks: rank 1 on spark-002: %s (" % kept[0] in restarted[0]["line"], restarted[0]["line"]
+    entries = spark.standins.entries()
+    logs = [i for i, e in enumerate(entries) if e["argv"][:2] == ["docker", "logs"] and e["argv"][-1] == "vllm-rank1"]
+    first_stop = min(i for i, e in enumerate(entries) if e["argv"][1:2] == ["stop"])
+    assert len(logs) == 1 and logs[0] < first_stop, entries  # the rank's log, read for its evidence before any stop
+    assert entries[logs[0]]["env"]["STANDIN_HOST"] == "spark-002"
     # Each host was reached over SSH at its own address.
     assert set(c["server"] for c in spark.fleet.connections()) == set(spark.fleet.addresses)
 
@@ -153,6 +165,24 @@ def test_a_rank_that_refuses_to_stop_fails_the_restart_names_it_and_starts_nothi
     assert result[0]["action"] == "fail" and spark.steps() == WHOLE_RESTART[:2], result  # a human's now
 
 
+def test_memory_that_does_not_come_back_after_the_stops_starts_nothing_and_names_the_host(ssh_fleet, tmp_path):
+    """The GB10 rule on every host of the instance: after each stop the host's MemAvailable must be back above
+    vllm_watchdog_memory_threshold; here it stays low (a driver that keeps the unified memory), so nothing is started
+    and the failure names the host it was seen on. (The two hosts of this test share one simulated meminfo.)"""
+    spark = Spark(ssh_fleet, tmp_path, head_state="stuck", vllm_watchdog_meminfo=str(tmp_path / "meminfo"),
+                  vllm_watchdog_memory_threshold=50000, vllm_watchdog_memory_timeout=2)
+    data = spark.standins.data()
+    data["meminfo"] = {"path": str(tmp_path / "meminfo"), "total_kb": 128000000, "running_kb": 20000000,
+                       "stopped_kb": 21000000}  # about 20 GiB: below the 50000 MiB asked, after every stop
+    spark.standins.write(data["services"], **dict((k, v) for k, v in data.items() if k not in ("services",
+                                                                                               "control_url")))
+    (tmp_path / "meminfo").write_text("MemTotal: 128000000 kB\nMemAvailable: 20000000 kB\n")
+    run, result = spark.run("memory", expect_rc=2)
+    assert result[0]["action"] == "restart failed", result
+    assert "the head (spark-001, vllm-head): stopped, and the memory did not come back" in result[0]["decision"], result
+    assert spark.steps() == WHOLE_RESTART[:2]  # both stopped, nothing started
+
+
 def test_a_rank_host_that_does_not_answer_is_down_and_nothing_is_restarted(ssh_fleet, tmp_path):
     spark = Spark(ssh_fleet, tmp_path, head_state="stuck")
     spark.inventory_data["all"]["children"]["spark_ranks"]["hosts"][spark.rank]["ansible_port"] = SSH_PORTS[1]  # none
@@ -168,6 +198,32 @@ def test_a_rank_host_outside_the_inventory_fails_the_head_before_any_check(ssh_f
     run, result = spark.run("typo", expect_rc=2)
     assert "rank 1: host spark-009 is not a host of the inventory" in run.stdout, run.stdout[-3000:]
     assert spark.steps() == [] and spark.asked() == []
+
+
+def test_the_rollout_restarts_the_instance_as_one_unit_and_never_a_rank_alone(ssh_fleet, tmp_path):
+    """modelops.vllm.rollout on the head: paused, idle, then the whole instance stopped and started in order, the head
+    checked serving again; a play that holds the rank's host as a host of its own is refused before any host is
+    touched."""
+    spark = Spark(ssh_fleet, tmp_path, head_state="idle")
+    env = dict(spark.standins.env(), PATH=standins_path())
+    head_vars = spark.inventory_data["all"]["children"]["vllm"]["hosts"][spark.head]
+    head_vars.update(vllm_rollout_environment=env, vllm_rollout_interval=1, vllm_rollout_probe_timeout=5,
+                     vllm_rollout_idle_delay=1, vllm_rollout_ready_delay=1, vllm_rollout_ready_timeout=60)
+    spark.write_inventory()
+    (tmp_path / "state-head").mkdir(mode=0o750)
+    play = "- ansible.builtin.import_playbook: modelops.vllm.rollout\n"
+    run = ansible_run.run_playbook(play, inventory=spark.inventory, workdir=str(tmp_path / "rollout"))
+    assert run.rc == 0, run
+    assert spark.steps() == WHOLE_RESTART, spark.standins.entries()
+    assert "spark-001: restart done in" in run.stdout, run.stdout[-3000:]
+    # The rank's host in the play as a host of its own: refused, nothing touched.
+    ranks = spark.inventory_data["all"]["children"].pop("spark_ranks")
+    spark.inventory_data["all"]["children"]["vllm"]["hosts"].update(ranks["hosts"])
+    spark.write_inventory()
+    refused = ansible_run.run_playbook(play, inventory=spark.inventory, workdir=str(tmp_path / "rollout-rank"))
+    assert refused.rc != 0 and "spark-002: invalid rollout settings" in refused.stdout, refused.stdout[-3000:]
+    assert "rolled out with its head, never alone" in refused.stdout
+    assert spark.steps() == WHOLE_RESTART  # nothing more
 
 
 # ------------------------------------------------------------------ a real vLLM across two nodes of this machine

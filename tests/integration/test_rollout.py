@@ -482,14 +482,14 @@ def test_check_mode_restarts_and_pauses_nothing(sim, tmp_path):
 # --------------------------------------------------------------------------- settings
 
 def test_a_misconfigured_host_stops_the_rollout_before_any_host_is_touched(sim, tmp_path):
-    """The last hosts' settings are wrong (compose without a project directory; an instance across hosts, which this
-    role would restart without its other rank): found before the first restart."""
+    """The last hosts' settings are wrong (compose without a project directory; an instance across hosts whose rank is
+    no host of the inventory): found before the first restart."""
     fleet = Fleet(sim, tmp_path, ['cfg-01', 'cfg-02', 'cfg-03'])
     for name in fleet.names:
         fleet.write_config(name, {'vllm': {}})
     inventory = fleet.inventory({'cfg-01': {},
                                  'cfg-02': dict(vllm_watchdog_restart_method='compose'),
-                                 'cfg-03': dict(vllm_ranks=[{'host': 'cfg-01', 'service': 'vllm-rank1'}],
+                                 'cfg-03': dict(vllm_ranks=[{'host': 'cfg-09', 'service': 'vllm-rank1'}],
                                                 vllm_launch='nnodes')}, dict(FAST))
     run = rollout(fleet, inventory)
     assert run.rc != 0, run
@@ -497,7 +497,8 @@ def test_a_misconfigured_host_stops_the_rollout_before_any_host_is_touched(sim, 
     assert not any(os.path.exists(fleet.pause_file(n)) for n in fleet.names)
     assert 'cfg-02: invalid rollout settings (method compose' in run.stdout, run
     assert 'restart_method compose needs compose_project_dir' in run.stdout, run  # the one table's sentence
-    assert 'cfg-03: invalid rollout settings' in run.stdout and 'one across hosts (vllm_ranks)' in run.stdout, run
+    assert 'cfg-03: invalid rollout settings' in run.stdout, run
+    assert 'vllm_rollout_ranks: rank 1: host cfg-09 is not a host of the inventory' in run.stdout, run
 
 
 def test_a_number_out_of_its_range_is_named_before_any_host_is_touched(sim, tmp_path):

@@ -17,7 +17,7 @@ import yaml
 GOOD = {'method': 'systemd', 'service': 'vllm', 'compose_project_dir': '', 'command': [], 'interval': '5',
         'probe_timeout': 30, 'metrics_timeout': 10, 'freeze_limit': 300, 'freeze_wait': 300, 'command_timeout': 600,
         'ready_timeout': 900, 'ready_delay': 10, 'lock_timeout': 60, 'idle_timeout': 1800, 'idle_delay': 10,
-        'verify_retries': 3}
+        'verify_retries': 3, 'ranks': [], 'launch': ''}
 
 
 def test_the_role_s_defaults_have_no_problem():
@@ -48,6 +48,17 @@ def test_the_method_s_sentences_come_first_then_the_numbers():
                      'vllm_rollout_interval must be a number greater than 0 and at most 3600, got 0']
 
 
+def test_an_instance_across_hosts_is_checked_as_the_watchdog_checks_it_and_never_upgraded():
+    ranks = dict(GOOD, ranks=[{'host': 'spark-02', 'service': 'vllm-rank1'}], launch='nnodes')
+    assert rollout_problems(ranks, head='spark-01', inventory=['spark-01', 'spark-02']) == []
+    assert rollout_problems(ranks, upgrade=True, head='spark-01', inventory=['spark-01', 'spark-02']) == [
+        'an upgrade of an instance across hosts (vllm_rollout_ranks) is not supported yet: only a restart']
+    assert rollout_problems(dict(ranks, launch=''), head='spark-01', inventory=['spark-01', 'spark-02']) == [
+        "vllm_rollout_ranks: launch must be nnodes or ray for an instance with ranks, got ''"]
+    assert rollout_problems(ranks, head='spark-02', inventory=['spark-02']) == [
+        'vllm_rollout_ranks: rank 1: host spark-02 is the head itself: a rank is another host']
+
+
 def test_what_is_not_a_dict_is_an_error_that_says_so():
     with pytest.raises(AnsibleFilterError, match='expects a dict of settings, got list'):
         rollout_problems([])
@@ -58,7 +69,7 @@ def test_the_role_hands_the_filter_every_number_it_checks():
     left out would go unchecked until a module refused it on the host being restarted."""
     with open(os.path.join(REPO, 'roles', 'rollout', 'vars', 'main.yml')) as handle:
         keys = yaml.safe_load(handle)['_vllm_rollout_setting_keys']
-    assert set(keys) == set(ROLLOUT_LIMITS) | {'method', 'service', 'compose_project_dir', 'command'}
+    assert set(keys) == set(ROLLOUT_LIMITS) | {'method', 'service', 'compose_project_dir', 'command', 'ranks', 'launch'}
     assert set(GOOD) == set(keys)
     with open(os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main.yml')) as handle:
         defaults = yaml.safe_load(handle)
