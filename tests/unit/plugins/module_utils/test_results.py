@@ -134,8 +134,10 @@ def test_the_line_says_it_all_on_one_line():
     assert '[evidence' not in one(decided('none', evidence='x'))['line']
 
 
-@pytest.mark.parametrize('outcome, action', [({'after': 'idle'}, 'restarted'), ({'error': 'rank 1: refused'},
-                                                                                  'restart failed')])
+@pytest.mark.parametrize('outcome, action', [
+    ({'after': 'idle'}, 'restarted'),
+    ({'error': 'rank 1: refused'}, 'restart failed'),
+])
 def test_the_other_ranks_evidence_of_an_instance_across_hosts_ends_the_line(outcome, action):
     gate = decided('restart', evidence_file='/s/evidence/chat.json', evidence='py-spy 3 stack(s)')
     words = 'rank 1 on spark-02: /s/evidence/chat-rank1-1.json (py-spy 2 stack(s))'
