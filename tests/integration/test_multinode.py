@@ -212,6 +212,14 @@ def test_the_rollout_restarts_the_instance_as_one_unit_and_never_a_rank_alone(ss
     spark.write_inventory()
     (tmp_path / "state-head").mkdir(mode=0o750)
     play = "- ansible.builtin.import_playbook: modelops.vllm.rollout\n"
+    # Check mode: each host's command in the order of the real run, nothing run.
+    check = ansible_run.run_playbook(play, inventory=spark.inventory, workdir=str(tmp_path / "rollout-check"),
+                                     args=["--check"])
+    assert check.rc == 0, check.stdout[-5000:]
+    assert ("spark-001: would restart (check mode; now idle): spark-001: docker stop vllm-head; spark-002: docker stop "
+            "vllm-rank1; spark-001: docker start vllm-head; spark-002: docker start vllm-rank1") in check.stdout, \
+        check.stdout[-3000:]
+    assert spark.steps() == []
     run = ansible_run.run_playbook(play, inventory=spark.inventory, workdir=str(tmp_path / "rollout"))
     assert run.rc == 0, run
     assert spark.steps() == WHOLE_RESTART, spark.standins.entries()

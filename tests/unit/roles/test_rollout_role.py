@@ -60,8 +60,8 @@ def test_one_place_performs_a_restart():
                 modules.setdefault(module, []).append(task['name'])
     assert modules.get('ansible.builtin.command') == ['Upgrade | pull the new image while the server still serves'], modules
     # check mode, restart, wait from the controller (or after the ranks started), and an instance across hosts' stop
-    # and start
-    assert len(modules['modelops.vllm.restart']) == 5, modules
+    # and start, and their check mode
+    assert len(modules['modelops.vllm.restart']) == 6, modules
     assert sorted(modules['modelops.vllm.watchdog_pause']) == [
         'Pause | pause the watchdog, and wait for a watchdog run that is deciding right now',
         'Resume | leave the watchdog paused for a human, with the reason in the pause file',
