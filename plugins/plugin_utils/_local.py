@@ -21,8 +21,10 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.modelops.vllm.plugins.plugin_utils import _variables
 
-# The watchdog's timings that the inventory's vllm_check_* give it (roles/watchdog/defaults).
-CHECK_TIMINGS = ('vllm_check_interval', 'vllm_check_probe_timeout', 'vllm_check_metrics_timeout')
+# The watchdog's settings that the inventory's vllm_check_* give it: every vllm_check_* its defaults read
+# (roles/watchdog/defaults/main.yml; test_local.py keeps the two equal).
+CHECK_TIMINGS = ('vllm_check_interval', 'vllm_check_probe_timeout', 'vllm_check_metrics_timeout',
+                 'vllm_check_freeze_limit')
 # Set by the install itself in the timer's inventory, never copied: where the state is, and no privilege escalation
 # (the timer runs as its own user).
 SET_BY_INSTALL = ('vllm_watchdog_state_dir', 'vllm_watchdog_become', 'vllm_watchdog_hosts', 'vllm_watchdog_one_host')

@@ -1,6 +1,9 @@
 """The local timer's pure parts: the settings its inventory gets (typed, the install's own left out), what it restarts,
 and the timer's status in one line from what systemctl show prints."""
 
+import os
+import re
+
 import pytest
 
 from ansible.errors import AnsibleFilterError
@@ -20,6 +23,15 @@ def test_the_watchdog_s_settings_are_taken_typed_and_the_rest_left():
     assert _local.settings(variables) == {
         'vllm_url': 'http://127.0.0.1:8001', 'vllm_api_key': 'sk-1', 'vllm_check_interval': 2.0,
         'vllm_watchdog_max_restarts': 5, 'vllm_watchdog_reboot': True, 'vllm_watchdog_service': 'vllm-qwen'}
+
+
+def test_every_check_setting_the_watchdog_reads_goes_into_the_timer_s_inventory():
+    # the freeze limit was once left out: the timer's watchdog judged a hang after 300 s whatever the install was told
+    defaults = os.path.join(os.path.dirname(_local.__file__), '..', '..', 'roles', 'watchdog', 'defaults', 'main.yml')
+    with open(defaults) as handle:
+        read = set(re.findall(r'\b(vllm_check_[a-z_]+)\b', handle.read()))
+    assert read and set(_local.CHECK_TIMINGS) == read
+    assert _local.settings({'vllm_check_freeze_limit': '4'}) == {'vllm_check_freeze_limit': 4.0}
 
 
 def test_a_value_that_does_not_validate_is_kept_as_given():
