@@ -249,7 +249,8 @@ def test_real_vllm_on_two_nodes_a_hung_rank_freezes_the_head_and_a_dead_rank_kil
     measured: the head's /metrics is the whole instance (a probe goes through both ranks; a rank stopped mid-decode
     freezes every series of the head, and the check says stuck while /health says 200), and a rank that dies ends
     the head at its next step (500, /health 503, the API server gone), which the check says is down."""
-    from tests.harness.vllm_server import VLLM_CLI, _clean_env  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from tests.harness.vllm_server import START_NICE, VLLM_CLI, _clean_env, renice_tree
     master = ["--tensor-parallel-size", "2", "--distributed-executor-backend", "mp", "--nnodes", "2",
               "--master-addr", "127.0.0.2", "--master-port", str(_free_port("127.0.0.2"))]
     rank_env = _clean_env({"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -261,9 +262,11 @@ def test_real_vllm_on_two_nodes_a_hung_rank_freezes_the_head_and_a_dead_rank_kil
              "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32", "--node-rank", "1", "--headless"]
             + master, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=rank_env,
             start_new_session=True)
+    renice_tree(rank.pid, START_NICE)  # it starts as the head does (the harness), then runs at nice 0
     try:
         head = vllm_server(max_model_len=2048, extra_args=master + ["--node-rank", "0"],
                            env={"VLLM_HOST_IP": "127.0.0.2"})
+        renice_tree(rank.pid, 0)
         rank_log = (tmp_path / "rank.log").read_text(errors="replace")
         assert "headless multiproc executor" in rank_log and "world_size=2 rank=1" in rank_log, rank_log[-3000:]
 
