@@ -52,8 +52,11 @@ def _load(sim, sid, **load):
 
 def _decode_deadlock(sim, sid, window):
     # Clients give up after 2 s without a token and send the next request: prompts keep being
-    # prefilled (prompt tokens and steps rise), no token comes out, the aborts are processed.
-    _load(sim, sid, concurrency=4, prompt_tokens=256, repeat=True)
+    # prefilled (prompt tokens and steps rise), no token comes out, the aborts are processed. Five clients on four
+    # sequences, as in _starved: one always waits for a slot (never given up: it has no token to wait for), so work is
+    # in flight also at the moment the four running requests are given up together and not yet sent again (with four
+    # clients, on a loaded machine, a check's first read met that moment, saw nothing in flight and probed).
+    _load(sim, sid, concurrency=5, prompt_tokens=256, repeat=True)
     sim.wait_for(sid, lambda s: s["totals"]["generation_tokens"] > 0)
     sim.set_state(sid, "decode_stall", abort_after=2)
 
