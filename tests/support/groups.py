@@ -11,7 +11,7 @@ group is what must not run beside itself:
   process) holds for the whole run, and no two heavy real-vLLM tests share the 2 cores;
 * the files below that share something more than a file (a block of ports another file scans, a daemon's port).
 
-Groups are handed out longest first (``MINUTES``: measured, a file's own time in a serial run on the project's
+Groups are handed out longest first (``MINUTES``: measured, a group's own time in a run of the tier on the project's
 2-core machine), so that the longest chain starts at once and the short ones fill in beside it; a file not in
 the table counts as a minute. Within a group, tests keep their order (class- and module-scoped servers, tests
 that stop their server last).
@@ -30,21 +30,23 @@ SHARED = {
     'test_hostile_eda.py': 'prometheus-eda',
 }
 
-# group -> minutes (the longest first); measured per file in a serial run (.cache/durations/integration.json)
+# group -> minutes (the longest first), measured
 MINUTES = {
-    REAL_VLLM: 35.0,
-    # 2026-12-03, 4 workers at load 5-13 (.cache/durations/integration.json): a file's own seconds / 60
-    'test_try': 17.0,
-    'test_ladder': 10.5,
-    'test_field_signatures': 10.0,
-    'test_rollout': 8.7,
-    'test_local': 8.6,
-    'test_fleet': 8.4,
-    'test_publish': 6.0,
-    'test_sshfleet': 5.0,
-    'test_multinode': 2.5,  # 2026-12-04, measured alone: its six SSH tests (its real-vLLM test is in that group)
-    'test_hostile': 4.6,
-    'prometheus-eda': 5.1,
+    # 2026-12-04, a fresh-clone `make test` (4 workers, both cores 94 % busy; .cache/durations/integration.json): a
+    # group's own seconds / 60
+    REAL_VLLM: 14.5,
+    'test_try': 6.3,
+    'test_ladder': 5.5,
+    'test_multinode': 3.9,  # its SSH tests (its real-vLLM test is in that group)
+    'test_fleet': 3.8,
+    'test_rollout': 3.6,
+    'test_publish': 3.5,
+    'test_field_signatures': 2.7,
+    'test_sshfleet': 2.7,
+    'test_local': 2.6,
+    'prometheus-eda': 2.6,
+    'test_hostile': 2.3,
+    'test_hostile_role': 2.2,
 }
 
 
