@@ -18,7 +18,7 @@ description:
     keeps of a server it restarts (docs/gb10.md). The C(py-spy dump) of every Python process of the service (the tree
     of the main process its service manager names; a dump pauses the process it reads, so no other process is read),
     C(/proc/meminfo), the kernel's NVIDIA and out-of-memory lines since the service started, C(nvidia-smi), and the
-    tail of the service's log.
+    tail of the service's log. Secrets are masked in all of it (O(api_key)).
   - The P(modelops.vllm.watchdog#role) role runs it on the host of each other rank of an instance that spans hosts
     (docs/multinode.md) before it stops them. Each tool is bounded (20 s, and O(evidence_timeout) for all of them), a
     tool that is missing or fails is named in the file, and nothing is restarted or changed but the file.
@@ -84,6 +84,13 @@ options:
     description: Seconds the service manager has to answer.
     type: float
     default: 30
+  api_key:
+    description:
+      - The instance's API key (the role passes its head's C(api_key)). Every spelling of it is masked in the file and
+        in the result, as vLLM's own spellings of any key always are (C(--api-key ...), C(VLLM_API_KEY=...), the
+        start-up line's C(api_key) list), since a rank started with the head's command line copied has the key in its
+        log and in its processes' arguments. Never logged.
+    type: str
 '''
 
 EXAMPLES = r'''
@@ -122,6 +129,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modelops.vllm.plugins.module_utils import _evidence
 from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
+from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     STOP_START_METHODS, logs_command, problems, run_argv, service_status)
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import GATE_LIMITS, GATE_SETTINGS, option_specs
@@ -142,6 +150,7 @@ def main():
             meminfo=dict(type='path', default='/proc/meminfo'),
             kernel_log=dict(type='str', default='/dev/kmsg'),
             nvidia_smi=dict(type='str', default='nvidia-smi'),
+            api_key=dict(type='str', no_log=True),
             **dict((key, spec) for key, spec in option_specs(GATE_SETTINGS).items() if key in SETTINGS)
         ),
         supports_check_mode=True,
@@ -160,7 +169,8 @@ def main():
     def run(argv, timeout=p['status_timeout'], keep=_evidence.DUMP_BYTES):
         return run_argv(argv, timeout=timeout, keep=keep)
 
-    service = service_status(run, p['method'], p['service'], p['compose_project_dir'])
+    spellings = forms([p['api_key']])
+    service = redact(service_status(run, p['method'], p['service'], p['compose_project_dir']), spellings)
     pid = service.get('main_pid')
     found = _evidence.collect(run, _host.tree(pid) if pid else [], p, since=parse_started_at(service.get('started_at')))
     argv = logs_command(p['method'], p['service'], p['compose_project_dir'], None, p['log_lines'])
@@ -168,16 +178,16 @@ def main():
     if argv:
         rc, out, err = run(argv, keep=2048 * p['log_lines'])
         logs = (out + err).splitlines()[-p['log_lines']:]
-    record = {'host': os.uname()[1], 'name': p['name'], 'restart_method': p['method'], 'service': service,
-              'logs': logs, 'hang': found}
-    summary = _evidence.summary(found)
+    record = redact({'host': os.uname()[1], 'name': p['name'], 'restart_method': p['method'], 'service': service,
+                     'logs': logs, 'hang': found}, spellings)
+    summary = redact(_evidence.summary(found), spellings)
     try:
         statedir.check_dir(directory)
         path = os.path.join(directory, '%s-%s.json' % (p['name'], time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())))
         statedir.write_text(path, json.dumps(record, indent=1, sort_keys=True, default=str) + '\n')
     except (statedir.StateError, OSError) as exc:
-        module.fail_json(msg='the evidence could not be kept in %s: %s' % (directory, exc), summary=summary,
-                         service=service)
+        module.fail_json(msg=redact('the evidence could not be kept in %s: %s' % (directory, exc), spellings),
+                         summary=summary, service=service)
     module.exit_json(changed=True, file=path, summary=summary, service=service)
 
 

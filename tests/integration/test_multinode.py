@@ -98,7 +98,10 @@ WHOLE_RESTART = [("spark-001", ["stop", "vllm-head"]), ("spark-002", ["stop", "v
 
 
 def test_a_stuck_head_restarts_every_rank_once_in_order_and_two_runs_at_once_restart_it_once(ssh_fleet, tmp_path):
-    spark = Spark(ssh_fleet, tmp_path, head_state="stuck")
+    # The rank started with the head's command line copied: the head's key in its log, never in its evidence.
+    key = "sk-head-key-of-the-instance"
+    spark = Spark(ssh_fleet, tmp_path, head_state="stuck", vllm_api_key=key,
+                  rank={"logs": ["vllm serve tiny --headless --node-rank 1 --api-key " + key, "the key alone " + key]})
     # Two watchdog runs at once (a scheduled run and a human's): one restart of the instance, under the head's lock.
     runs = {}
     threads = [threading.Thread(target=lambda name=name: runs.__setitem__(name, spark.run(name)))
@@ -125,6 +128,8 @@ def test_a_stuck_head_restarts_every_rank_once_in_order_and_two_runs_at_once_res
     evidence = json.loads(kept[0].read_text())
     assert evidence["name"] == "vllm-rank1" and evidence["service"]["running"] is True, evidence
     assert set(evidence["hang"]) == {"meminfo", "kernel", "stacks", "nvidia_smi"}, evidence
+    assert key not in kept[0].read_text() and "the key alone ********" in kept[0].read_text(), evidence["logs"]
+    assert not [name for name in runs if key in runs[name][0].stdout + runs[name][0].stderr], runs
     assert "the other ranks: rank 1 on spark-002: %s (" % kept[0] in restarted[0]["line"], restarted[0]["line"]
     entries = spark.standins.entries()
     logs = [i for i, e in enumerate(entries) if e["argv"][:2] == ["docker", "logs"] and e["argv"][-1] == "vllm-rank1"]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+from urllib.parse import quote
+
 import pytest
 
 from tests.support.paths import COLLECTIONS, REPO
@@ -61,6 +63,30 @@ def test_check_mode_reads_and_writes_nothing(tmp_path, rank):
     result = run_module(args_for(tmp_path), tmp_path, check_mode=True, services=rank)
     assert not result.get('failed') and not result['changed'] and result['file'] is None, result
     assert not (tmp_path / 'state').exists() and not (tmp_path / 'argv.log').exists()
+
+
+def test_no_key_reaches_the_file_or_the_result(tmp_path):
+    """A rank started with the head's command line copied: the key in its log (vLLM's start-up line, the flag, the
+    environment) and in its process's arguments, which the file keeps; the configured key in any spelling masked, and
+    vLLM's spellings of another key too."""
+    key, other = 'sk-rank\'"/key', 'sk-other-key'
+    proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', '--api-key', key])
+    try:
+        services = {'vllm-rank1': {'state': 'running', 'started_at': time.time() - 60, 'main_pid': proc.pid, 'logs': [
+            "INFO non-default args: {'api_key': ['%s'], 'headless': True}" % key,
+            'vllm serve tiny --headless --api-key %s' % other, 'env VLLM_API_KEY=%s' % other,
+            'a key as JSON %s and quoted %s' % (json.dumps(key), quote(key, safe=''))]}}
+        (tmp_path / 'state').mkdir(mode=0o750)
+        result = run_module(args_for(tmp_path, api_key=key), tmp_path, services=services)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not result.get('failed') and result['file'], result
+    kept = open(result['file']).read()
+    for text in (kept, json.dumps(result)):
+        for spelling in (key, json.dumps(key)[1:-1], quote(key, safe=''), 'sk-rank', other):
+            assert spelling not in text, (spelling, text[:3000])
+    assert '********' in kept and 'non-default args' in kept
 
 
 @pytest.mark.parametrize('over, words', [
