@@ -379,8 +379,8 @@ class VllmServer:
     --max-model-len N --enforce-eager --dtype float32``, ``VLLM_CPU_KVCACHE_SPACE=1``,
     ``HF_HUB_OFFLINE=1`` and ``TMPDIR``/``VLLM_CACHE_ROOT`` in a per-server work dir.
     It starts at nice -10 (``START_NICE``, its autogroup too: ahead of the tests beside it, which mostly wait); after
-    it is ready, the whole tree is at nice 0, the engine (``VLLM::EngineCore``, ``VLLM::Worker``) pinned to CPU 1 at nice 19 and the
-    API server(s) to CPU 0, so ``/metrics`` stays fast while the engine works.
+    it is ready, the whole tree is at nice 0, the engine (``VLLM::EngineCore``, ``VLLM::Worker``) pinned to CPU 1 at
+    nice 19 and the API server(s) to CPU 0, so ``/metrics`` stays fast while the engine works.
     """
 
     def __init__(self, port: int, max_model_len: int = 32768, extra_args: Sequence[str] = (),
