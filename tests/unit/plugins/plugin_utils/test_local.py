@@ -11,6 +11,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.modelops.vllm.plugins.filter.local_settings import local_settings
 from ansible_collections.modelops.vllm.plugins.filter.local_status import local_status
 from ansible_collections.modelops.vllm.plugins.plugin_utils import _local
+from tests.support.paths import REPO
 
 
 def test_the_watchdog_s_settings_are_taken_typed_and_the_rest_left():
@@ -27,8 +28,7 @@ def test_the_watchdog_s_settings_are_taken_typed_and_the_rest_left():
 
 def test_every_check_setting_the_watchdog_reads_goes_into_the_timer_s_inventory():
     # the freeze limit was once left out: the timer's watchdog judged a hang after 300 s whatever the install was told
-    defaults = os.path.join(os.path.dirname(_local.__file__), '..', '..', 'roles', 'watchdog', 'defaults', 'main.yml')
-    with open(defaults) as handle:
+    with open(os.path.join(REPO, 'roles', 'watchdog', 'defaults', 'main.yml')) as handle:
         read = set(re.findall(r'\b(vllm_check_[a-z_]+)\b', handle.read()))
     assert read and set(_local.CHECK_TIMINGS) == read
     assert _local.settings({'vllm_check_freeze_limit': '4'}) == {'vllm_check_freeze_limit': 4.0}
