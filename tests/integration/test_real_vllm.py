@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 API_KEY = "sk-modelops-test-0123456789"  # long enough that finding it in output is no coincidence
 LONG = 20000  # max_tokens that keeps a request decoding for tens of seconds (ignore_eos)
 PREFILL_TOKENS = 16000  # ~12-15 s of prefill with --max-num-batched-tokens 4 on this machine
+# A prefill a check must land inside (a whole ansible-playbook run): over three times longer, never waited for (the
+# request is dropped when the test ends), since 16000 tokens once ended before a check on a loaded CI machine.
+BUSY_PREFILL_TOKENS = 50000
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+\S+)?$")
 
@@ -454,12 +457,12 @@ class TestSmallBatchServer:
 
     def test_module_prefill_with_frozen_step_counter_is_busy(self, small_batch_server):
         small_batch_server.wait_idle(timeout=60)
-        prompt = long_prompt(PREFILL_TOKENS, seed=3)
+        prompt = long_prompt(BUSY_PREFILL_TOKENS, seed=3)
         with small_batch_server.start_completions(1, 1, prompt=prompt, timeout=300) as load:
             small_batch_server.wait_running(1, 0, timeout=30)
             result, run = health({"url": small_batch_server.url, "interval": 2})
             prefilling = not load.done()
-        assert prefilling, "the prefill ended before the check: make the prompt longer"
+        assert prefilling, "the prefill ended before the check: make BUSY_PREFILL_TOKENS larger"
         assert result["state"] == "busy", result["reason"]
         # What moved in any wait of the check (on a loaded machine one 4-token step can outlast the first wait).
         moved = set(name for wait in result["evidence"]["moved"] for name in (wait.get("0") or {}))
