@@ -375,6 +375,18 @@ METHODS = tuple(one.name for one in TABLE)
 # The methods that stop and start on their own (a restart with a memory wait between; a rank of an instance across
 # hosts): your own command restarts in one go.
 STOP_START_METHODS = tuple(one.name for one in TABLE if one.stop is not None and one.start is not None)
+
+
+def service_args():
+    """The options of a module that asks the service manager about one service of the host it runs on, for its
+    argument spec (a fresh copy each call); doc fragment ``modelops.vllm.service`` documents them."""
+    return dict(
+        method=dict(type='str', default='systemd', choices=list(STOP_START_METHODS)),
+        service=dict(type='str', required=True),
+        compose_project_dir=dict(type='path'),
+    )
+
+
 _BY_NAME = dict((one.name, one) for one in TABLE)
 
 

@@ -26,6 +26,7 @@ author:
   - modelops.vllm maintainers (@modelops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - modelops.vllm.service
 attributes:
   check_mode:
     support: full
@@ -44,18 +45,6 @@ options:
     description: The watchdog's state directory on the host; the file goes in its C(evidence) directory.
     type: path
     required: true
-  method:
-    description: The service manager that runs the service.
-    type: str
-    choices: [systemd, docker, compose]
-    default: systemd
-  service:
-    description: The systemd unit, the container, or the compose service.
-    type: str
-    required: true
-  compose_project_dir:
-    description: The compose project directory (V(compose) only).
-    type: path
   py_spy:
     description: The C(py-spy) command (empty, or not installed, leaves the stacks out and says so).
     type: str
@@ -131,7 +120,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils import _host
 from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import forms, redact
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
-    STOP_START_METHODS, logs_command, problems, run_argv, service_status)
+    logs_command, problems, run_argv, service_args, service_status)
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import GATE_LIMITS, GATE_SETTINGS, option_specs
 from ansible_collections.modelops.vllm.plugins.module_utils._types import parse_started_at, range_problems
 
@@ -141,11 +130,9 @@ SETTINGS = ('evidence_timeout', 'log_lines', 'status_timeout')  # the gate's, fr
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            service_args(),  # method, service, compose_project_dir: doc fragment modelops.vllm.service
             name=dict(type='str', required=True),
             state_dir=dict(type='path', required=True),
-            method=dict(type='str', default='systemd', choices=list(STOP_START_METHODS)),
-            service=dict(type='str', required=True),
-            compose_project_dir=dict(type='path'),
             py_spy=dict(type='str', default='py-spy'),
             meminfo=dict(type='path', default='/proc/meminfo'),
             kernel_log=dict(type='str', default='/dev/kmsg'),

@@ -22,6 +22,7 @@ author:
   - modelops.vllm maintainers (@modelops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - modelops.vllm.service
 attributes:
   check_mode:
     support: full
@@ -32,18 +33,6 @@ attributes:
   platform:
     platforms: posix
 options:
-  method:
-    description: The service manager that runs the service.
-    type: str
-    choices: [systemd, docker, compose]
-    default: systemd
-  service:
-    description: The systemd unit, the container, or the compose service.
-    type: str
-    required: true
-  compose_project_dir:
-    description: The compose project directory (V(compose) only).
-    type: path
   status_timeout:
     description: Seconds the service manager has to answer.
     type: float
@@ -88,7 +77,7 @@ exists:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
-    STOP_START_METHODS, ServiceError, problems, run_argv, service_status)
+    ServiceError, problems, run_argv, service_args, service_status)
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import GATE_LIMITS, GATE_SETTINGS, option_specs
 from ansible_collections.modelops.vllm.plugins.module_utils._types import range_problems
 
@@ -96,9 +85,7 @@ from ansible_collections.modelops.vllm.plugins.module_utils._types import range_
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            method=dict(type='str', default='systemd', choices=list(STOP_START_METHODS)),
-            service=dict(type='str', required=True),
-            compose_project_dir=dict(type='path'),
+            service_args(),  # method, service, compose_project_dir: doc fragment modelops.vllm.service
             status_timeout=option_specs(GATE_SETTINGS)['status_timeout'],  # the gate's, from the catalogue
         ),
         supports_check_mode=True,
