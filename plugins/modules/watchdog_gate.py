@@ -162,6 +162,21 @@ options:
         (its C(results_file)); the verdicts are taken from it by instance name. The module waits for the job to finish
         (up to O(results_timeout)) and removes the file, so the job needs no C(async_status).
     type: path
+  check_results:
+    description:
+      - The RV(modelops.vllm.health#module:servers) of one check of the whole play on the controller (the
+        modelops.vllm.watchdog role's C(vllm_watchdog_check_on_controller)), each named C(<host>/<instance>); the
+        verdicts of O(host)'s instances are taken from it by that name, and an instance it has no verdict for is
+        V(unknown).
+      - Needs O(host). Not with O(results_file) or O(check_error).
+    type: list
+    elements: dict
+  check_error:
+    description:
+      - Why the check of O(instances) gave no verdicts at all (a check in the background that could not start, for
+        one). Every instance without a verdict of its own is V(unknown) with this reason.
+      - Not with O(results_file) or O(check_results).
+    type: str
   ranks:
     description:
       - What the hosts of the other ranks of the O(instances) that span hosts said this run (docs/multinode.md), as the
@@ -632,6 +647,21 @@ def items_of(p):
     return [{'name': p['record_failure']['name']}]
 
 
+def given_verdicts(p):
+    """({name: verdict}, why an instance has none) for the instances that carry no verdict of their own: from a
+    background check's results file, from a check of the whole play on the controller (named <host>/<instance>), or
+    the reason the check gave none."""
+    if p['results_file']:
+        # First, so that the background job's file is removed whatever happens next.
+        result, why = read_results(p['results_file'], p['results_timeout'])
+        return verdicts_from(result, why)
+    if p['check_results'] is not None:
+        prefix = '%s/' % (p['host'] or '')
+        return dict((server['name'][len(prefix):], server) for server in p['check_results']
+                    if isinstance(server.get('name'), str) and server['name'].startswith(prefix)), None
+    return {}, p['check_error'] or None
+
+
 def record_outcome(module, gate):
     """record_outcome: how a restart ended; recorded, nothing else decided."""
     p = module.params['record_outcome']
@@ -730,6 +760,8 @@ def main():
                 api_key=dict(type='str', no_log=True),
             )),
             results_file=dict(type='path'),
+            check_results=dict(type='list', elements='dict'),
+            check_error=dict(type='str'),
             ranks=dict(type='list', elements='dict', default=[]),
             name=dict(type='str'),
             state=dict(type='str', choices=STATES),
@@ -767,9 +799,11 @@ def main():
             # The guard rails and the gate's own bounds: types and defaults from the one catalogue.
             **dict(option_specs(GUARD_RAILS), **option_specs(GATE_SETTINGS))
         ),
-        mutually_exclusive=[('instances', 'name', 'record_failure', 'escalate', 'record_outcome')],
+        mutually_exclusive=[('instances', 'name', 'record_failure', 'escalate', 'record_outcome'),
+                            ('results_file', 'check_results', 'check_error')],
         required_one_of=[('instances', 'name', 'record_failure', 'escalate', 'record_outcome')],
         required_together=[('name', 'state')],
+        required_by={'check_results': 'host'},
         supports_check_mode=True,
     )
     p = module.params
@@ -782,11 +816,7 @@ def main():
     if bad or len(set(names)) != len(names):
         module.fail_json(msg='instance names must be plain, unique file names (no /, not starting with a dot), got %s'
                          % ', '.join(repr(n) for n in names))
-    verdicts, missing_why = {}, None
-    if p['results_file']:
-        # First, so that the background job's file is removed whatever happens next.
-        result, why = read_results(p['results_file'], p['results_timeout'])
-        verdicts, missing_why = verdicts_from(result, why)
+    verdicts, missing_why = given_verdicts(p)
     try:
         # In check mode a state_dir that does not exist yet is not created: every history reads as fresh.
         statedir.check_dir(p['state_dir'], create=not module.check_mode)

@@ -251,6 +251,43 @@ def test_a_background_check_that_failed_gives_unknown_not_a_crash(tmp_path):
     assert 'Timeout exceeded' in result['instances'][0]['reason']
 
 
+def test_the_verdicts_come_from_the_controller_s_check_by_host_and_instance(tmp_path):
+    """check_results: one check of the whole play; this host's instances take the verdicts named <host>/<instance>,
+    never another host's of the same instance name, and an instance without one is unknown."""
+    state = tmp_path / 'state'
+    servers = [{'name': 'gb10-02/chat', 'state': 'stuck', 'reason': 'frozen (the other host)'},
+               {'name': 'gb10-01/chat', 'state': 'busy', 'reason': 'moving'},
+               {'name': 'gb10-01', 'state': 'stuck', 'reason': 'a server named after the host alone'},
+               {'state': 'stuck', 'reason': 'no name'}]
+    result = gate_raw(state, {'state_dir': str(state), 'host': 'gb10-01', 'check_results': servers,
+                              'instances': [{'name': 'chat', 'restart_method': 'command'},
+                                            {'name': 'embed', 'restart_method': 'command'}]})
+    got = dict((i['name'], (i['state'], i['action'], i['reason'])) for i in result['instances'])
+    assert got['chat'][:2] == ('busy', 'none'), result
+    assert got['embed'][:2] == ('unknown', 'none') and 'no verdict' in got['embed'][2], result
+
+
+def test_a_check_that_could_not_start_makes_every_instance_unknown_with_its_reason(tmp_path):
+    state = tmp_path / 'state'
+    result = gate_raw(state, {'state_dir': str(state), 'check_error': 'the background check could not start: disk full',
+                              'instances': [{'name': 'chat'}, {'name': 'embed'}]})
+    assert [(i['state'], i['action']) for i in result['instances']] == [('unknown', 'none')] * 2, result
+    assert all('disk full' in i['reason'] for i in result['instances']), result
+
+
+@pytest.mark.parametrize('params', [
+    {'check_results': [], 'check_error': 'x'},
+    {'check_results': [], 'results_file': '/nonexistent'},
+    {'check_error': 'x', 'results_file': '/nonexistent'},
+    {'check_results': []},  # no host: nothing to tell this host's verdicts by
+], ids=['results-and-error', 'results-and-file', 'error-and-file', 'results-without-host'])
+def test_one_source_of_verdicts_at_a_time(tmp_path, params):
+    state = tmp_path / 'state'
+    result = gate_raw(state, dict({'state_dir': str(state), 'instances': [{'name': 'chat'}]}, **params))
+    assert result.get('failed') is True, result
+    assert not state.exists(), 'a gate refused for its arguments decided nothing'
+
+
 def test_the_verdict_history_rotates_at_its_size_bound(tmp_path):
     state = tmp_path / 'state'
     for dummy in range(30):
