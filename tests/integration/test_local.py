@@ -60,6 +60,10 @@ class Box(object):
         with open(self.path('/lib/systemd/system/polkit.service'), 'w') as handle:
             handle.write('[Unit]\nDescription=Authorization Manager\n[Service]\nType=dbus\nBusName=org.freedesktop.PolicyKit1\n'
                          'ExecStart=/usr/lib/polkit-1/polkitd --no-debug\n')
+        # The stand-ins, copied where the timer's user reaches them: a checkout may sit under a directory only its
+        # owner can enter (`mktemp -d` makes one 0700), and then that user's PATH would find the real systemctl.
+        self.bin = os.path.join(self.work, 'standins')
+        shutil.copytree(STANDINS, self.bin, ignore=shutil.ignore_patterns('__pycache__', 'connection_plugins'))
         self.standins = Standins(self.work, sim.base_url)
         # run_units: `systemctl start vllm-watchdog.service` runs the service's command as systemd would.
         self.standins.write({'vllm': {'server': server_id, 'state': 'auto', 'load_seconds': 1}},
@@ -79,7 +83,7 @@ class Box(object):
         env = ansible_env(self.standins.env())
         env.pop('ANSIBLE_CONNECTION_PLUGINS', None)
         env['ANSIBLE_STDOUT_CALLBACK'] = 'modelops.vllm.oneline'
-        env['PATH'] = STANDINS + os.pathsep + BIN + os.pathsep + SYSTEM_PATH
+        env['PATH'] = self.bin + os.pathsep + BIN + os.pathsep + SYSTEM_PATH
         return env
 
     def playbook(self, name, *extra, timeout=600):
@@ -101,9 +105,9 @@ class Box(object):
         return parser
 
     def systemctl(self, *argv):
-        env = dict(self.standins.env(), PATH=STANDINS + os.pathsep + SYSTEM_PATH)
+        env = dict(self.standins.env(), PATH=self.bin + os.pathsep + SYSTEM_PATH)
         env.pop('ANSIBLE_CONNECTION_PLUGINS', None)
-        return subprocess.run([os.path.join(STANDINS, 'systemctl')] + list(argv), env=env, capture_output=True,
+        return subprocess.run([os.path.join(self.bin, 'systemctl')] + list(argv), env=env, capture_output=True,
                               text=True, timeout=600, check=False, stdin=subprocess.DEVNULL)
 
     def fire(self):
@@ -303,8 +307,8 @@ def test_install_run_status_and_remove_as_the_owner_does(box):
     start, out = box.fire()  # the next run: the new process serves
     assert start.returncode == 0 and '%s/vllm: idle - watchdog: no action' % HOST in out, out
     # what the runs printed is where journald keeps it: journalctl -u vllm-watchdog
-    journal = subprocess.run([os.path.join(STANDINS, 'journalctl'), '-u', 'vllm-watchdog', '--no-pager'],
-                             env=dict(box.standins.env(), PATH=STANDINS + os.pathsep + SYSTEM_PATH), capture_output=True,
+    journal = subprocess.run([os.path.join(box.bin, 'journalctl'), '-u', 'vllm-watchdog', '--no-pager'],
+                             env=dict(box.standins.env(), PATH=box.bin + os.pathsep + SYSTEM_PATH), capture_output=True,
                              text=True, timeout=60, check=False).stdout
     assert re.search(r' vllm-watchdog\[\d+\]: %s/vllm: stuck - watchdog: restarted ' % HOST, journal), journal
 
