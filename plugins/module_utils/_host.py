@@ -345,9 +345,22 @@ def exe_name(pid, proc='/proc'):
         return ''
 
 
+def short_command(words):
+    """A command line as a message shows it: its program, and the script an interpreter runs, by name, not by path
+    (``/opt/venv/bin/python3 /opt/venv/bin/vllm serve /models/x`` is ``python3 vllm serve /models/x``), so that a
+    deep install's paths do not fill the few words a message keeps. Every other word is kept as it is."""
+    words = list(words)
+    if words and '/' in words[0]:
+        words[0] = os.path.basename(words[0]) or words[0]
+    if len(words) > 1 and words[0].lower().startswith(('python', 'pypy')) and words[1].startswith('/'):
+        words[1] = os.path.basename(words[1]) or words[1]
+    return ' '.join(words)
+
+
 def describe(pid, proc='/proc'):
-    """A process in a few words, as a message names it: ``process 1234 (vllm serve /models/x --port 8001)``."""
-    line = cmdline(pid, proc, 400) or exe_name(pid, proc) or '?'
+    """A process in a few words, as a message names it: ``process 1234 (python3 vllm serve /models/x --port 8001)``."""
+    text, dummy = read_file('%s/%d/cmdline' % (proc, pid), 400)
+    line = short_command(w for w in (text or '').split('\0') if w).strip() or exe_name(pid, proc) or '?'
     return 'process %d (%s)' % (pid, line if len(line) <= 80 else line[:77] + '...')
 
 

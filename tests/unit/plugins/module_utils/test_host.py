@@ -138,6 +138,40 @@ def test_the_process_tree_is_found_from_the_main_pid():
         child.wait()
 
 
+@pytest.mark.parametrize('argv, shown', [
+    (['/opt/venv/bin/python3', '/opt/venv/bin/vllm', 'serve', '/models/x', '--port', '8001'],
+     'python3 vllm serve /models/x --port 8001'),
+    (['/usr/bin/python3', '-m', 'vllm.entrypoints.openai.api_server', '--model', '/models/x'],
+     'python3 -m vllm.entrypoints.openai.api_server --model /models/x'),
+    (['VLLM::EngineCore'], 'VLLM::EngineCore'),
+    (['/usr/sbin/nginx', '-c', '/etc/nginx/nginx.conf'], 'nginx -c /etc/nginx/nginx.conf'),  # only a script is named
+    (['/', 'x'], '/ x'),
+    ([], ''),
+])
+def test_a_command_is_shown_by_its_program_s_and_script_s_names(argv, shown):
+    assert _host.short_command(argv) == shown
+
+
+def test_a_process_deep_in_a_long_path_is_still_named_by_what_it_runs(tmp_path):
+    """A checkout or a venv under a long path: its paths would fill the 80 characters kept of a command line."""
+    deep = tmp_path / ('d' * 60) / ('e' * 60)
+    deep.mkdir(parents=True)
+    script = deep / 'serve_it.py'
+    script.write_text('import time\ntime.sleep(60)\n')
+    child = subprocess.Popen([sys.executable, str(script), '--port', '8001'])
+    try:
+        for dummy in range(100):  # until the child's exec has replaced the fork's command line
+            if 'serve_it.py' in _host.cmdline(child.pid):
+                break
+            time.sleep(0.05)
+        shown = _host.describe(child.pid)
+        assert shown == 'process %d (%s serve_it.py --port 8001)' % (child.pid, os.path.basename(sys.executable)), shown
+    finally:
+        child.kill()
+        child.wait()
+    assert _host.describe(2 ** 22 + 5) == 'process %d (?)' % (2 ** 22 + 5)  # gone: said, not raised
+
+
 def test_url_endpoints_and_addresses():
     assert _host.url_endpoint('http://127.0.0.1:8000') == ('127.0.0.1', 8000)
     assert _host.url_endpoint('https://gb10-01.example') == ('gb10-01.example', 443)
