@@ -233,84 +233,57 @@ memory:
         has (MemTotal 125.0 GiB)"
 '''
 
-import json
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.modelops.vllm.plugins.module_utils import _host
-from ansible_collections.modelops.vllm.plugins.module_utils import _statedir as statedir
+from ansible_collections.modelops.vllm.plugins.module_utils import _restart
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, Client, connection_args
-from ansible_collections.modelops.vllm.plugins.module_utils._ready import (
-    read_process,
-    reading_from_summary,
-    still_answers,
-    wait_ready,
-)
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
-from ansible_collections.modelops.vllm.plugins.module_utils._service import (
-    METHODS,
-    STOP_START_METHODS,
-    ServiceError,
-    commands_failed,
-    restart_commands,
-    run_argv,
-    run_commands,
-    stop_start_commands,
-    stop_then_start,
-)
+from ansible_collections.modelops.vllm.plugins.module_utils._service import METHODS, ServiceError
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import (
-    CHECK_LIMITS, CHECK_SETTINGS, MEMORY_LIMITS, MEMORY_SETTINGS, READY_LIMITS, READY_SETTINGS, option_specs)
-from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError, in_range, range_words
+    CHECK_SETTINGS, MEMORY_SETTINGS, READY_SETTINGS, option_specs)
+from ansible_collections.modelops.vllm.plugins.module_utils._types import CheckError
+
+
+def argument_spec():
+    return dict(
+        connection_args(),
+        action=dict(type='str', default='restart', choices=['restart', 'upgrade', 'wait_ready', 'stop', 'start']),
+        method=dict(type='str', default='systemd', choices=list(METHODS)),
+        service=dict(type='str'),
+        compose_project_dir=dict(type='str'),
+        restart_command=dict(type='list', elements='str'),
+        environment=dict(type='dict', default={}),
+        wait_ready=dict(type='bool', default=True),
+        url=dict(type='str'),
+        model=dict(type='str'),
+        old_start_time=dict(type='float'),
+        old_reading=dict(type='dict'),
+        release_memory=dict(type='bool', default=False),
+        meminfo=dict(type='path', default='/proc/meminfo'),
+        memory_baseline=dict(type='path'),
+        setting_prefix=dict(type='str', default=''),
+        # command_timeout, ready_timeout, ready_delay, metrics_timeout and the memory wait's: the catalogue's.
+        metrics_timeout=option_specs(CHECK_SETTINGS)['metrics_timeout'],
+        **dict(option_specs(READY_SETTINGS), **option_specs(MEMORY_SETTINGS))
+    )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            connection_args(),
-            action=dict(type='str', default='restart', choices=['restart', 'upgrade', 'wait_ready', 'stop', 'start']),
-            method=dict(type='str', default='systemd', choices=list(METHODS)),
-            service=dict(type='str'),
-            compose_project_dir=dict(type='str'),
-            restart_command=dict(type='list', elements='str'),
-            environment=dict(type='dict', default={}),
-            wait_ready=dict(type='bool', default=True),
-            url=dict(type='str'),
-            model=dict(type='str'),
-            old_start_time=dict(type='float'),
-            old_reading=dict(type='dict'),
-            release_memory=dict(type='bool', default=False),
-            meminfo=dict(type='path', default='/proc/meminfo'),
-            memory_baseline=dict(type='path'),
-            setting_prefix=dict(type='str', default=''),
-            # command_timeout, ready_timeout, ready_delay, metrics_timeout and the memory wait's: the catalogue's.
-            metrics_timeout=option_specs(CHECK_SETTINGS)['metrics_timeout'],
-            **dict(option_specs(READY_SETTINGS), **option_specs(MEMORY_SETTINGS))
-        ),
-        supports_check_mode=True,
-    )
+    """The options and the client here; what runs, in order, and what it returns: module_utils/_restart.py."""
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     p = module.params
     secrets = secrets_of({'api_key': p['api_key'], 'url': p['url']})
     module.no_log_values.update(secrets)
-    waits = (p['wait_ready'] and p['action'] != 'stop') or p['action'] == 'wait_ready'
-    for problem in invalid_settings(p):
+    for problem in _restart.problems(p):
         module.fail_json(msg=problem)
-    if waits and not p['url']:
-        module.fail_json(msg='url is required to wait until the server is ready (or set wait_ready: false)')
     try:
-        commands, split = commands_of(p)
+        commands, split = _restart.commands_of(p)
     except ServiceError as exc:
         module.fail_json(msg=str(exc))
     if module.check_mode:
-        module.exit_json(changed=False, commands=[{'argv': argv, 'rc': None, 'stdout': '', 'stderr': ''}
-                                                  for argv in commands], ready=None,
-                         msg='check mode: would run %s' % '; '.join(' '.join(argv) for argv in commands))
-
+        module.exit_json(**_restart.check_mode_result(commands))
     client = None
-    # The process before the restart, as the caller saw it (the module's own read, below, comes first).
-    before = reading_from_summary(p['old_reading'], start=p['old_start_time'])
-    if waits:
+    if _restart.waits(p):
         if not HAS_REQUESTS:
             module.fail_json(msg=missing_required_lib('requests'), exception=REQUESTS_IMPORT_ERROR)
         try:
@@ -318,126 +291,10 @@ def main():
                             metrics_timeout=p['metrics_timeout'], use_proxy=p['use_proxy'])
         except CheckError as exc:
             module.fail_json(msg=redact(str(exc), secrets))
-        if commands:
-            # The process before the restart: ready means another one answers.
-            before = read_process(client) or before
-
-    env = None
-    if p['environment']:
-        env = dict(os.environ)
-        env.update((str(k), str(v)) for k, v in p['environment'].items())
-
-    def run(argv):
-        return run_argv(argv, timeout=p['command_timeout'], env=env)
-
-    memory = None
-    if split:
-        records, why, memory = stop_then_start(run, split[0], split[1], lambda: after_stop(p, client, before),
-                                               url=p['url'], meminfo=p['meminfo'])
-    else:
-        records, failed = run_commands(run, commands)
-        why = commands_failed(failed) if failed else None
-        if not why and p['action'] == 'stop' and p['release_memory']:
-            memory = wait_for_memory(p)
-            if not memory['released']:
-                why = 'stopped, and the memory did not come back (%s): not started' % (memory.get('why') or '?')
-    records = redact(records, secrets)
-    if why:
-        extra = {'memory': memory} if memory is not None else {}
-        module.fail_json(msg=redact(why, secrets), commands=records, ready=None, changed=True, **extra)
-    ready = None
-    if waits:
-        ready = redact(wait_ready(client, p['ready_timeout'], p['ready_delay'], model=p['model'], sleep=time.sleep,
-                                  clock=time.monotonic, before=before), secrets)
-        if not ready['ok']:
-            module.fail_json(msg='not ready within %g s of the restart: %s' % (p['ready_timeout'], ready['why']),
-                             commands=records, ready=ready, changed=bool(records), memory=memory)
-    if memory is not None:
-        memory['baseline_written'] = keep_baseline(p, memory, ready)
-    result = dict(changed=bool(records), commands=records, ready=ready)
-    if memory is not None:
-        result['memory'] = memory
+    failed, result = _restart.perform(p, commands, split, client, secrets)
+    if failed:
+        module.fail_json(msg=failed, **result)
     module.exit_json(**result)
-
-
-def invalid_settings(p):
-    """What is wrong with the numbers, against the catalogue's ranges: one sentence each."""
-    limits = dict(READY_LIMITS, metrics_timeout=CHECK_LIMITS['metrics_timeout'], **MEMORY_LIMITS)
-    return ['%s must be %s, got %s' % (key, range_words(bounds), p[key])
-            for key, bounds in limits.items() if in_range(p[key], bounds) is None]
-
-
-def commands_of(p):
-    """(every command in order, (stop commands, start commands) or None): what the action runs. With release_memory a
-    restart is split in two, to wait for the memory in between, where its method can be (your own command cannot).
-    Raises ServiceError for a method's missing setting."""
-    if p['action'] == 'wait_ready':
-        return [], None
-    if p['action'] in ('stop', 'start'):
-        split = stop_start_commands(p['method'], p['service'], p['compose_project_dir'])
-        if split is None:
-            raise ServiceError('the %s method has no %s of its own (only %s have)'
-                               % (p['method'], p['action'], ', '.join(STOP_START_METHODS)))
-        return (split[0] if p['action'] == 'stop' else split[1]), None
-    commands = restart_commands(p['method'], p['service'], p['compose_project_dir'], p['restart_command'],
-                                upgrade=p['action'] == 'upgrade')
-    split = None
-    if p['release_memory'] and p['action'] == 'restart':
-        split = stop_start_commands(p['method'], p['service'], p['compose_project_dir'])  # None: not split (command)
-    return (split[0] + split[1], split) if split else (commands, None)
-
-
-def this_host(p):
-    """(MemTotal in kB or None, boot id or None, host name) of the host the module runs on."""
-    info, dummy = _host.read_meminfo(p['meminfo'])
-    return (info or {}).get('MemTotal'), _host.read_boot_id(), os.uname()[1]
-
-
-def wait_for_memory(p):
-    """Wait until MemAvailable is back (see _host.wait_memory); the result says against what. A baseline that cannot
-    be trusted here (garbage, more than this host has, of another host or boot) is no threshold: vLLM is started."""
-    total_kb, boot_id, host = this_host(p)
-    baseline, distrust = _host.read_baseline(p['memory_baseline'], total_kb, boot_id, host, time.time())
-    threshold_kb, source = _host.memory_threshold(p['memory_threshold'], p['memory_fraction'], baseline, distrust,
-                                                  p['memory_baseline'], prefix=p.get('setting_prefix') or '')
-    memory = _host.wait_memory(lambda: _host.mem_available_kb(p['meminfo']), threshold_kb, p['memory_timeout'],
-                               p['memory_delay'])
-    memory.update(threshold_kb=threshold_kb, threshold=source, baseline_written=False)
-    if distrust:
-        memory['baseline_ignored'] = '%s: %s' % (p['memory_baseline'], distrust)
-    return memory
-
-
-def after_stop(p, client, before):
-    """What follows a stop that returned, before the start: (how the process from before still answers or None, the
-    memory wait). Never raises: whatever goes wrong here, vLLM is started (a stopped server is the worst outcome),
-    and the memory wait says what went wrong."""
-    try:
-        still = still_answers(client, before)
-    except Exception:  # pylint: disable=broad-except
-        still = None  # nothing shows that it still answers: the stop is taken as done
-    if still:
-        return still, None
-    try:
-        return None, wait_for_memory(p)
-    except Exception as exc:  # pylint: disable=broad-except
-        return None, {'released': True, 'available_kb': None, 'threshold_kb': None, 'seconds': None, 'polls': 0,
-                      'threshold': 'none', 'baseline_written': False,
-                      'why': 'the wait for the memory failed (%s: %s), so vLLM is started without it rather than left '
-                             'stopped' % (type(exc).__name__, str(exc)[:200])}
-
-
-def keep_baseline(p, memory, ready):
-    """After a start that came up ready: what the host had available just before it, for the next threshold."""
-    if not p['memory_baseline'] or memory.get('available_kb') is None or not (ready or {}).get('ok'):
-        return False
-    try:
-        total_kb, boot_id, host = this_host(p)
-        record = _host.baseline_record(memory['available_kb'], total_kb, boot_id, host, time.time())
-        statedir.write_text(p['memory_baseline'], json.dumps(record) + '\n')
-    except Exception:  # pylint: disable=broad-except
-        return False  # bookkeeping after a start that worked: never a failure of the restart
-    return True
 
 
 if __name__ == '__main__':

@@ -79,7 +79,7 @@ def test_a_module_builds_its_argument_spec_from_the_catalogue(module):
     holds the documentation to the spec, and this test to the catalogue)."""
     with open(os.path.join(REPO, 'plugins', 'modules', module + '.py')) as handle:
         source = handle.read()
-    spec = source[source.index('argument_spec=dict('):]
+    spec = source[re.search(r'argument_spec=dict\(|def argument_spec\(', source).start():]
     for table in MODULES[module]:
         for name in table:
             assert not re.search(r'\b%s=dict\(' % name, spec), (module, name)

@@ -1,5 +1,5 @@
-"""modelops.vllm.restart's own functions: what each action runs for every method, with and without the memory wait,
-and its range check (a crash here is a failed restart of every host that uses the method)."""
+"""modelops.vllm.restart and its steps (module_utils/_restart): what each action runs for every method, with and
+without the memory wait, and its range check (a crash here is a failed restart of every host that uses the method)."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ansible_collections.modelops.vllm.plugins.module_utils._service import METHODS
-from ansible_collections.modelops.vllm.plugins.modules import restart
+from ansible_collections.modelops.vllm.plugins.module_utils import _restart as restart
 
 from tests.support.paths import COLLECTIONS, REPO
 
