@@ -662,7 +662,7 @@ def given_verdicts(p):
     return {}, p['check_error'] or None
 
 
-def record_outcome(module, gate):
+def record_outcome(module, gate, dummy_items, dummy_given):
     """record_outcome: how a restart ended; recorded, nothing else decided."""
     p = module.params['record_outcome']
     try:
@@ -672,7 +672,7 @@ def record_outcome(module, gate):
     module.exit_json(changed=not module.check_mode, action='none', reason=said)
 
 
-def record_failure(module, gate):
+def record_failure(module, gate, dummy_items, dummy_given):
     """record_failure: the restart of one instance failed; recorded, nothing else decided."""
     p = module.params
     try:
@@ -682,7 +682,7 @@ def record_failure(module, gate):
     module.exit_json(changed=not module.check_mode, action=FAIL, reason=reason)
 
 
-def escalate(module, gate):
+def escalate(module, gate, dummy_items, dummy_given):
     """escalate: the step after a restart stopped half-way, then the textfile of the host's instances."""
     p = module.params
     try:
@@ -695,7 +695,7 @@ def escalate(module, gate):
                      reason=gate.redact(reason), history=gate.redact(hist), textfile_error=textfile_error)
 
 
-def decide_one(module, gate, items):
+def decide_one(module, gate, items, dummy_given):
     """name and state: one instance, its service state given; its decision at the top of the result too."""
     results = gate.redact(gate.run(items, {}, None))
     one = dict(results[0])
@@ -705,9 +705,10 @@ def decide_one(module, gate, items):
                                                               if k not in ('name', 'state', 'verdict')))
 
 
-def decide_instances(module, gate, items, verdicts, missing_why):
+def decide_instances(module, gate, items, given):
     """instances: every instance of the host, then the textfile and the host's fact."""
     p = module.params
+    verdicts, missing_why = given
     results = gate.redact(gate.run(items, verdicts, missing_why))
     # The check's own warnings (a freeze_limit not well above this server's longest step), one line each.
     for item in items:
@@ -740,65 +741,76 @@ def _plain_name(name):
     return bool(name) and '/' not in name and not name.startswith('.') and '\0' not in name and len(name) <= 200
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            state_dir=dict(type='path', required=True),
-            instances=dict(type='list', elements='dict', options=dict(
-                name=dict(type='str', required=True),
-                kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
-                verdict=dict(type='dict'),
-                restart_method=dict(type='str', default='systemd', choices=list(METHODS)),
-                service=dict(type='str'),
-                compose_project_dir=dict(type='str'),
-                status_command=dict(type='list', elements='str'),
-                logs_command=dict(type='list', elements='str'),
-                url=dict(type='str'),
-                url_is_default=dict(type='bool', default=False),
-                assume_url_is_service=dict(type='bool', default=False),
-                restart_command=dict(type='list', elements='str'),
-                api_key=dict(type='str', no_log=True),
-            )),
-            results_file=dict(type='path'),
-            check_results=dict(type='list', elements='dict'),
-            check_error=dict(type='str'),
-            ranks=dict(type='list', elements='dict', default=[]),
-            name=dict(type='str'),
-            state=dict(type='str', choices=STATES),
+def argument_spec():
+    return dict(
+        state_dir=dict(type='path', required=True),
+        instances=dict(type='list', elements='dict', options=dict(
+            name=dict(type='str', required=True),
+            kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
+            verdict=dict(type='dict'),
+            restart_method=dict(type='str', default='systemd', choices=list(METHODS)),
+            service=dict(type='str'),
+            compose_project_dir=dict(type='str'),
+            status_command=dict(type='list', elements='str'),
+            logs_command=dict(type='list', elements='str'),
+            url=dict(type='str'),
+            url_is_default=dict(type='bool', default=False),
+            assume_url_is_service=dict(type='bool', default=False),
+            restart_command=dict(type='list', elements='str'),
+            api_key=dict(type='str', no_log=True),
+        )),
+        results_file=dict(type='path'),
+        check_results=dict(type='list', elements='dict'),
+        check_error=dict(type='str'),
+        ranks=dict(type='list', elements='dict', default=[]),
+        name=dict(type='str'),
+        state=dict(type='str', choices=STATES),
+        reason=dict(type='str', default=''),
+        service=dict(type='dict', default={}, options=dict(
+            running=dict(type='bool'),
+            started_at=dict(type='raw'),
+            status=dict(type='str'),
+        )),
+        process_start_time=dict(type='float'),
+        record_failure=dict(type='dict', options=dict(
+            name=dict(type='str', required=True),
+            error=dict(type='str', required=True),
+        )),
+        escalate=dict(type='dict', options=dict(
+            name=dict(type='str', required=True),
+            why=dict(type='str', required=True),
+        )),
+        record_outcome=dict(type='dict', options=dict(
+            name=dict(type='str', required=True),
+            outcome=dict(type='str', required=True),
             reason=dict(type='str', default=''),
-            service=dict(type='dict', default={}, options=dict(
-                running=dict(type='bool'),
-                started_at=dict(type='raw'),
-                status=dict(type='str'),
-            )),
-            process_start_time=dict(type='float'),
-            record_failure=dict(type='dict', options=dict(
-                name=dict(type='str', required=True),
-                error=dict(type='str', required=True),
-            )),
-            escalate=dict(type='dict', options=dict(
-                name=dict(type='str', required=True),
-                why=dict(type='str', required=True),
-            )),
-            record_outcome=dict(type='dict', options=dict(
-                name=dict(type='str', required=True),
-                outcome=dict(type='str', required=True),
-                reason=dict(type='str', default=''),
-            )),
-            textfile_names=dict(type='list', elements='str'),
-            textfile_required=dict(type='bool', default=False),
-            release_memory=dict(type='bool', default=False),
-            paused=dict(type='bool', default=False),
-            textfile=dict(type='path'),
-            host=dict(type='str'),
-            py_spy=dict(type='str', default='py-spy'),
-            meminfo=dict(type='path', default='/proc/meminfo'),
-            kernel_log=dict(type='path', default='/dev/kmsg'),
-            nvidia_smi=dict(type='str', default='nvidia-smi'),
-            setting_prefix=dict(type='str', default=''),
-            # The guard rails and the gate's own bounds: types and defaults from the one catalogue.
-            **dict(option_specs(GUARD_RAILS), **option_specs(GATE_SETTINGS))
-        ),
+        )),
+        textfile_names=dict(type='list', elements='str'),
+        textfile_required=dict(type='bool', default=False),
+        release_memory=dict(type='bool', default=False),
+        paused=dict(type='bool', default=False),
+        textfile=dict(type='path'),
+        host=dict(type='str'),
+        py_spy=dict(type='str', default='py-spy'),
+        meminfo=dict(type='path', default='/proc/meminfo'),
+        kernel_log=dict(type='path', default='/dev/kmsg'),
+        nvidia_smi=dict(type='str', default='nvidia-smi'),
+        setting_prefix=dict(type='str', default=''),
+        # The guard rails and the gate's own bounds: types and defaults from the one catalogue.
+        **dict(option_specs(GUARD_RAILS), **option_specs(GATE_SETTINGS))
+    )
+
+
+# What a run does, by the option that asks for it (mutually exclusive, one of them required); without any of the
+# first four, it decides every instance given in `instances`.
+MODES = (('record_failure', record_failure), ('escalate', escalate), ('record_outcome', record_outcome),
+         ('name', decide_one))
+
+
+def main():
+    """One run of the gate: the options checked, the state directory made sure of, then what its mode asks."""
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
         mutually_exclusive=[('instances', 'name', 'record_failure', 'escalate', 'record_outcome'),
                             ('results_file', 'check_results', 'check_error')],
         required_one_of=[('instances', 'name', 'record_failure', 'escalate', 'record_outcome')],
@@ -812,27 +824,21 @@ def main():
         module.fail_json(msg='watchdog_gate: invalid settings: %s' % '; '.join(errors))
     items = items_of(p)
     names = [item['name'] for item in items]
-    bad = [name for name in names if not _plain_name(name)]
-    if bad or len(set(names)) != len(names):
+    if any(not _plain_name(name) for name in names) or len(set(names)) != len(names):
         module.fail_json(msg='instance names must be plain, unique file names (no /, not starting with a dot), got %s'
                          % ', '.join(repr(n) for n in names))
-    verdicts, missing_why = given_verdicts(p)
+    # Before the state directory is used: a background check's results file is removed whatever follows.
+    given = given_verdicts(p)
     try:
         # In check mode a state_dir that does not exist yet is not created: every history reads as fresh.
         statedir.check_dir(p['state_dir'], create=not module.check_mode)
     except statedir.StateError as exc:
         module.fail_json(msg=str(exc))
     gate = Gate(p, check_mode=module.check_mode)
-    if p['record_failure'] is not None:
-        record_failure(module, gate)
-    elif p['escalate'] is not None:
-        escalate(module, gate)
-    elif p['record_outcome'] is not None:
-        record_outcome(module, gate)
-    elif p['name'] is not None:
-        decide_one(module, gate, items)
-    else:
-        decide_instances(module, gate, items, verdicts, missing_why)
+    for option, mode in MODES:
+        if p[option] is not None:
+            return mode(module, gate, items, given)
+    return decide_instances(module, gate, items, given)
 
 
 if __name__ == '__main__':

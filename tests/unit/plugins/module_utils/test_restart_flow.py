@@ -92,7 +92,8 @@ def test_a_stop_alone_waits_for_the_memory_and_says_when_it_did_not_come_back(tm
     world = World(tmp_path, available_gib=10)
     failed, result = perform(world, params(world, action='stop', memory_threshold=64 * 1024))
     assert world.calls == [['systemctl', 'stop', 'vllm']]
-    assert failed.startswith('stopped, and the memory did not come back (') and failed.endswith('): not started'), failed
+    assert failed.startswith('stopped, and the memory did not come back (') and failed.endswith('): not started'), \
+        failed
     world.set_available(100)
     failed, result = perform(world, params(world, action='stop', memory_threshold=64 * 1024))
     assert failed is None and result['memory']['released'] is True
