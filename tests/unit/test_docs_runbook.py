@@ -89,8 +89,8 @@ def test_every_reason_for_a_human_is_in_the_runbook(reason):
 def test_the_role_s_own_words_for_a_human_are_in_the_runbook(words_of_the_role):
     assert words_of_the_role in FLAT
     sources = ''
-    for path in ('plugins/module_utils/_results.py', 'plugins/filter/watchdog_summary.py', 'plugins/modules/restart.py',
-                 'roles/watchdog/tasks/reboot.yml', 'plugins/filter/watchdog_reboot_done.py'):
+    for path in ('plugins/module_utils/_results.py', 'plugins/filter/_watchdog_summary.py', 'plugins/modules/restart.py',
+                 'roles/watchdog/tasks/reboot.yml', 'plugins/filter/_watchdog_reboot_done.py'):
         with open(os.path.join(REPO, path)) as handle:
             sources += handle.read()
     assert words_of_the_role in sources, '%r is no longer what the watchdog prints: docs/runbook.md says it' % (

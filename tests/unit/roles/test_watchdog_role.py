@@ -6,7 +6,7 @@ import jinja2
 import pytest
 import yaml
 
-from ansible_collections.modelops.vllm.plugins.filter.check_budget import check_budget
+from ansible_collections.modelops.vllm.plugins.filter._check_budget import check_budget
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import check_deadline
 
 from tests.support.paths import REPO
@@ -59,7 +59,7 @@ def test_the_spec_defaults_are_of_their_types():
 def test_the_async_budget_is_the_check_s_own_deadline_plus_start_up(interval, probe, metrics, wait):
     expression = load('vars', 'main.yml')['_vllm_watchdog_check_budget']
     environment = jinja2.Environment()
-    environment.filters['modelops.vllm.check_budget'] = check_budget  # the collection's filter, as Ansible names it
+    environment.filters['modelops.vllm._check_budget'] = check_budget  # the collection's filter, as Ansible names it
     budget = int(environment.from_string(expression).render(
         vllm_watchdog_interval=interval, vllm_watchdog_probe_timeout=probe, vllm_watchdog_metrics_timeout=metrics,
         vllm_watchdog_freeze_wait=wait))

@@ -4,7 +4,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.check_budget import FilterModule, check_budget
+from ansible_collections.modelops.vllm.plugins.filter._check_budget import FilterModule, check_budget
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import check_deadline
 
 
@@ -52,4 +52,4 @@ def test_a_value_that_is_not_a_number_is_a_filter_error_that_names_it(args, name
 
 
 def test_the_filter_is_registered():
-    assert FilterModule().filters() == {'check_budget': check_budget}
+    assert FilterModule().filters() == {'_check_budget': check_budget}

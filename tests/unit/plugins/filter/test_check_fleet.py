@@ -4,9 +4,9 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.check_by_host import check_by_host
-from ansible_collections.modelops.vllm.plugins.filter.check_counts import check_counts
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_summary import watchdog_summary
+from ansible_collections.modelops.vllm.plugins.filter._check_by_host import check_by_host
+from ansible_collections.modelops.vllm.plugins.filter._check_counts import check_counts
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_summary import watchdog_summary
 from ansible_collections.modelops.vllm.plugins.plugin_utils._counts import said_counts
 
 

@@ -7,13 +7,18 @@ bytecode). So the filters import only small units: the range tables and the chec
 this machine: every filter file loaded 86-118 ms with those imports, 26 ms without them.
 
 The graph is read from the sources (``ast``): an import inside a function counts as much as one at the top.
+And which filters are public (issue 30): ``vllm_servers``; the others are the roles' and playbooks' glue, marked
+internal by a leading ``_`` and in their documentation.
 """
 
 import ast
 import glob
+import importlib
 import os
+import re
 
 import pytest
+import yaml
 
 from tests.support.paths import REPO
 
@@ -27,7 +32,7 @@ FILTERS = sorted(glob.glob(os.path.join(REPO, 'plugins', 'filter', '*.py')))
 
 
 def imports_of(unit):
-    """The collection's units ``unit`` ('filter.check_budget', 'module_utils._types') imports, by the same
+    """The collection's units ``unit`` ('filter._check_budget', 'module_utils._types') imports, by the same
     short names."""
     path = os.path.join(REPO, 'plugins', *unit.split('.')) + '.py'
     with open(path) as handle:
@@ -57,12 +62,12 @@ def closure(unit):
 
 def test_the_graph_is_read_from_the_sources():
     # Known edges: a graph read wrong (no edges) would pass the test below.
-    assert 'module_utils._settings' in imports_of('filter.watchdog_instances')
-    assert 'module_utils._settings' in imports_of('filter.check_budget')
-    assert 'module_utils._types' in closure('filter.watchdog_instances')
+    assert 'module_utils._settings' in imports_of('filter._watchdog_instances')
+    assert 'module_utils._settings' in imports_of('filter._check_budget')
+    assert 'module_utils._types' in closure('filter._watchdog_instances')
     assert 'module_utils._verdict' in closure('module_utils._check')
     assert len(FILTERS) >= 10
-    assert 'plugin_utils._counts' in imports_of('filter.check_counts')
+    assert 'plugin_utils._counts' in imports_of('filter._check_counts')
 
 
 @pytest.mark.parametrize('path', FILTERS, ids=os.path.basename)
@@ -77,6 +82,34 @@ def test_a_filter_imports_no_other_filter(path):
     another ties the two together, issue 30)."""
     unit = 'filter.' + os.path.basename(path)[:-3]
     assert [name for name in imports_of(unit) if name.startswith('filter.')] == []
+
+
+# The filters a user calls (docs/release.md promises them); every other one is a role's or a playbook's glue.
+PUBLIC = {'vllm_servers'}
+
+
+@pytest.mark.parametrize('path', FILTERS, ids=os.path.basename)
+def test_a_filter_is_public_by_name_or_marked_internal_in_its_name_and_its_documentation(path):
+    """docs/architecture.md, the public surface: a filter outside PUBLIC starts with _ and its documentation says that
+    it is internal (Galaxy needs the documentation, ansible-core has no private filter); a public one does neither."""
+    name = os.path.basename(path)[:-3]
+    module = importlib.import_module(PACKAGE + 'filter.' + name)
+    doc = yaml.safe_load(module.DOCUMENTATION)
+    assert doc['name'] == name and list(module.FilterModule().filters()) == [name], (name, doc['name'])
+    internal = doc['short_description'].startswith('Internal - ') and doc['description'][0].startswith('Internal to ')
+    assert (name in PUBLIC) == (not name.startswith('_')) == (not internal), (name, doc['short_description'])
+
+
+def test_the_roles_and_playbooks_call_no_filter_of_the_collection_that_is_not_one():
+    """A task that names a filter by an old or mistyped name would fail only when it runs."""
+    names = set(os.path.basename(path)[:-3] for path in FILTERS)
+    called = set()
+    for path in glob.glob(os.path.join(REPO, 'roles', '**', '*.*'), recursive=True) + \
+            glob.glob(os.path.join(REPO, 'playbooks', '*.yml')):
+        with open(path) as handle:
+            called.update(re.findall(r'\|\s*modelops\.vllm\.(\w+)', handle.read()))
+    assert {'_watchdog_summary', '_rollout_report', 'vllm_servers'} <= called, sorted(called)  # read right
+    assert called <= names, sorted(called - names)
 
 
 def test_the_settings_catalogue_imports_nothing():

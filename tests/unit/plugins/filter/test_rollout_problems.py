@@ -6,7 +6,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.rollout_problems import rollout_problems
+from ansible_collections.modelops.vllm.plugins.filter._rollout_problems import rollout_problems
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import ROLLOUT_LIMITS
 
 from tests.support.paths import REPO

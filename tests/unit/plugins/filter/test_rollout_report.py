@@ -9,7 +9,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.rollout_report import FilterModule, rollout_report, truncate
+from ansible_collections.modelops.vllm.plugins.filter._rollout_report import FilterModule, rollout_report, truncate
 
 HOST = 'gb10-01'
 UPGRADE = 'upgrade {"VLLM_IMAGE": "vllm/vllm-openai:v0.11.0"}'
@@ -197,4 +197,4 @@ def test_the_line_and_the_statistics(error, took, check_mode, pause, would, befo
 def test_steps_that_are_not_a_dict_are_refused():
     with pytest.raises(AnsibleFilterError, match='expects a dict'):
         rollout_report(['no'], HOST, UPGRADE)
-    assert FilterModule().filters() == {'rollout_report': rollout_report}
+    assert FilterModule().filters() == {'_rollout_report': rollout_report}

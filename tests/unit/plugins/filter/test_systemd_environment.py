@@ -4,7 +4,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.systemd_environment import FilterModule, systemd_environment
+from ansible_collections.modelops.vllm.plugins.filter._systemd_environment import FilterModule, systemd_environment
 
 
 @pytest.mark.parametrize('environment, expected', [
@@ -26,4 +26,4 @@ def test_the_lines(environment, expected):
 def test_not_a_dict_is_refused():
     with pytest.raises(AnsibleFilterError, match='expects a dict'):
         systemd_environment([('A', '1')])
-    assert FilterModule().filters() == {'systemd_environment': systemd_environment}
+    assert FilterModule().filters() == {'_systemd_environment': systemd_environment}

@@ -4,9 +4,9 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_gate_instances import FilterModule
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_gate_instances import FilterModule
 
-gate_instances = FilterModule().filters()['watchdog_gate_instances']
+gate_instances = FilterModule().filters()['_watchdog_gate_instances']
 
 SECRET = 'sk-NEVER-SHOWN-0123456789'
 FULL = {'name': 'chat', 'kind': 'backend', 'restart_method': 'compose', 'service': 'vllm',
@@ -16,7 +16,7 @@ FULL = {'name': 'chat', 'kind': 'backend', 'restart_method': 'compose', 'service
 
 
 def test_the_filter_module_offers_exactly_this_filter():
-    assert sorted(FilterModule().filters()) == ['watchdog_gate_instances']
+    assert sorted(FilterModule().filters()) == ['_watchdog_gate_instances']
 
 
 @pytest.mark.parametrize('instance, expected', [

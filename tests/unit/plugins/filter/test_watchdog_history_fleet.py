@@ -5,7 +5,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_history import watchdog_history
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_history import watchdog_history
 
 
 def read(host, *instances, since='2026-12-01T12:00:00Z'):

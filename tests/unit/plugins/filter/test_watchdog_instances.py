@@ -6,9 +6,9 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_instances import FilterModule
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_instances import FilterModule
 
-watchdog_instances = FilterModule().filters()['watchdog_instances']
+watchdog_instances = FilterModule().filters()['_watchdog_instances']
 
 SECRET = 'sk-NEVER-SHOWN-0123456789'
 BASE = {'name': 'vllm', 'url': 'http://127.0.0.1:8000', 'url_is_default': True, 'kind': 'backend',
@@ -17,7 +17,7 @@ PREFIX = 'modelops.vllm.watchdog: invalid settings (see ansible-doc -t role mode
 
 
 def test_the_filter_module_offers_exactly_this_filter():
-    assert sorted(FilterModule().filters()) == ['watchdog_instances']
+    assert sorted(FilterModule().filters()) == ['_watchdog_instances']
 
 
 @pytest.mark.parametrize('instances, keys, expected', [

@@ -4,7 +4,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_note import FilterModule, watchdog_note
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_note import FilterModule, watchdog_note
 
 SAID = 'unreachable command /bin/power-cycle gb10-02 exited 0'
 DOWN = {'host': 'gb10-02', 'instance': '*', 'state': 'unreachable', 'decision': 'restart: down',
@@ -41,4 +41,4 @@ def test_what_is_not_a_list_of_results_is_a_filter_error(results, message):
 
 
 def test_the_filter_is_registered():
-    assert FilterModule().filters() == {'watchdog_note': watchdog_note}
+    assert FilterModule().filters() == {'_watchdog_note': watchdog_note}

@@ -4,7 +4,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_summary import (
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_summary import (
     lost_result, play_results, watchdog_summary)
 
 LOST = ('{0}/*: unreachable - watchdog: host UNREACHABLE or failed before a verdict, not restarted '

@@ -5,7 +5,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_reboot_done import watchdog_reboot_done
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_reboot_done import watchdog_reboot_done
 
 
 def waited(name, ok, **more):

@@ -4,10 +4,10 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_results import FilterModule
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_results import FilterModule
 from ansible_collections.modelops.vllm.plugins.module_utils import _results
 
-watchdog_results = FilterModule().filters()['watchdog_results']
+watchdog_results = FilterModule().filters()['_watchdog_results']
 
 SECRET = 'sk-NEVER-SHOWN-0123456789'
 INSTANCES = [{'name': 'chat', 'url': 'http://admin:%s@127.0.0.1:8000' % SECRET},
@@ -17,7 +17,7 @@ GATE = {'instances': [{'name': 'chat', 'state': 'stuck', 'action': 'restart', 'd
 
 
 def test_the_filter_module_offers_exactly_this_filter():
-    assert sorted(FilterModule().filters()) == ['watchdog_results']
+    assert sorted(FilterModule().filters()) == ['_watchdog_results']
 
 
 @pytest.mark.parametrize('gate, done, check_mode, unreachable', [

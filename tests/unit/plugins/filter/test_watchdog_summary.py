@@ -1,6 +1,6 @@
 """The watchdog's summary and results: a textfile that could not be written is said, per host, never dropped."""
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_summary import watchdog_summary
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_summary import watchdog_summary
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 
 WHY = ('the textfile /nope/vllm_watchdog.prom could not be written ([Errno 2] No such file or directory): '

@@ -5,9 +5,9 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_summary import FilterModule
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_summary import FilterModule
 
-watchdog_summary = FilterModule().filters()['watchdog_summary']
+watchdog_summary = FilterModule().filters()['_watchdog_summary']
 
 
 def result(host, instance, state, line=None, **flags):
@@ -15,7 +15,7 @@ def result(host, instance, state, line=None, **flags):
 
 
 def test_the_filter_module_offers_exactly_this_filter():
-    assert sorted(FilterModule().filters()) == ['watchdog_summary']
+    assert sorted(FilterModule().filters()) == ['_watchdog_summary']
 
 
 def test_nothing_to_summarize():

@@ -1,7 +1,7 @@
 """The summary's reasons (AWX's set_stats vllm_watchdog_reasons): why, in one line, for every instance the watchdog
 restarted, rebooted, asks a human about, or could not reach; nothing for the healthy ones."""
 
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_summary import lost_result, watchdog_summary
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_summary import lost_result, watchdog_summary
 from ansible_collections.modelops.vllm.plugins.module_utils._results import watchdog_results
 
 INSTANCES = [{'name': 'vllm', 'url': 'http://127.0.0.1:8000'}]

@@ -8,8 +8,8 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.modelops.vllm.plugins.filter.rollout_problems import rollout_problems
-from ansible_collections.modelops.vllm.plugins.filter.watchdog_instances import invalid
+from ansible_collections.modelops.vllm.plugins.filter._rollout_problems import rollout_problems
+from ansible_collections.modelops.vllm.plugins.filter._watchdog_instances import invalid
 from ansible_collections.modelops.vllm.plugins.module_utils._service import (
     METHODS,
     TABLE,

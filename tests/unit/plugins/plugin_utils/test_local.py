@@ -8,8 +8,8 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.modelops.vllm.plugins.filter.local_settings import local_settings
-from ansible_collections.modelops.vllm.plugins.filter.local_status import local_status
+from ansible_collections.modelops.vllm.plugins.filter._local_settings import local_settings
+from ansible_collections.modelops.vllm.plugins.filter._local_status import local_status
 from ansible_collections.modelops.vllm.plugins.plugin_utils import _local
 from tests.support.paths import REPO
 

@@ -7,12 +7,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: rollout_report
-short_description: One host's outcome of the modelops.vllm.rollout role, its report line and its job statistics
+name: _rollout_report
+short_description: Internal - One host's outcome of the modelops.vllm.rollout role, its report line and its job statistics
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
-  - The rollout's twin of P(modelops.vllm.watchdog_results#filter). Takes what the rollout's steps registered on a host
+  - Internal to the P(modelops.vllm.rollout#role) role, not an interface of the collection; it may change or go in any
+    release.
+  - The rollout's twin of P(modelops.vllm._watchdog_results#filter). Takes what the rollout's steps registered on a host
     and returns the error (why the host failed, or an empty string), the host's report line and its C(set_stats) data.
   - >-
     The error is classified from the failed task and its result (C(ansible_failed_task), C(ansible_failed_result) in
@@ -74,7 +76,7 @@ EXAMPLES = r'''
   ansible.builtin.set_fact:
     _vllm_rollout_error: >-
       {{ ({'failed_task': ansible_failed_task.name | default('?'), 'failed': ansible_failed_result,
-           'touched': _vllm_rollout_touched} | modelops.vllm.rollout_report(inventory_hostname, _vllm_rollout_what)).error }}
+           'touched': _vllm_rollout_touched} | modelops.vllm._rollout_report(inventory_hostname, _vllm_rollout_what)).error }}
 
 - name: Report | this host
   ansible.builtin.debug:
@@ -83,7 +85,7 @@ EXAMPLES = r'''
     _report: >-
       {{ {'error': _vllm_rollout_error, 'pause': _vllm_rollout_pause, 'would': _vllm_rollout_would,
           'before': _vllm_rollout_before, 'after': _vllm_rollout_after}
-         | modelops.vllm.rollout_report(inventory_hostname, _vllm_rollout_what,
+         | modelops.vllm._rollout_report(inventory_hostname, _vllm_rollout_what,
                                         now().timestamp() - _vllm_rollout_started | float, ansible_check_mode) }}
 '''
 
@@ -186,4 +188,4 @@ def rollout_report(steps, host, what, took=0, check_mode=False):
 
 class FilterModule(object):
     def filters(self):
-        return {'rollout_report': rollout_report}
+        return {'_rollout_report': rollout_report}

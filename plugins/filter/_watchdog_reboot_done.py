@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: watchdog_reboot_done
-short_description: What a host reboot of the modelops.vllm.watchdog role did, per instance
+name: _watchdog_reboot_done
+short_description: Internal - What a host reboot of the modelops.vllm.watchdog role did, per instance
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.watchdog#role) role, not an interface of the collection; it may change or go in any
+    release.
   - Takes what was done per instance name (the role's C(_vllm_watchdog_done)) and returns a copy with what the host
     reboot did merged into each rebooted instance's entry.
   - After the reboot (O(ready) and O(after)), an instance that is not ready again gets C(reboot_error), which says
@@ -48,11 +50,11 @@ options:
 EXAMPLES = r'''
 - name: What the reboot did
   ansible.builtin.set_fact:
-    done: "{{ done | modelops.vllm.watchdog_reboot_done(ready.results, after.results) }}"
+    done: "{{ done | modelops.vllm._watchdog_reboot_done(ready.results, after.results) }}"
 
 - name: What the reboot did, when it failed
   ansible.builtin.set_fact:
-    done: "{{ done | modelops.vllm.watchdog_reboot_done(failed_for=names, error=why, unreachable=gone) }}"
+    done: "{{ done | modelops.vllm._watchdog_reboot_done(failed_for=names, error=why, unreachable=gone) }}"
 '''
 
 RETURN = r'''
@@ -107,4 +109,4 @@ def watchdog_reboot_done(done, ready=None, after=None, failed_for=None, error=No
 
 class FilterModule(object):
     def filters(self):
-        return {'watchdog_reboot_done': watchdog_reboot_done}
+        return {'_watchdog_reboot_done': watchdog_reboot_done}

@@ -7,14 +7,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: check_counts
-short_description: How many verdicts of a fleet check of M(modelops.vllm.health) are in each state
+name: _check_counts
+short_description: Internal - How many verdicts of a fleet check of M(modelops.vllm.health) are in each state
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the playbook C(modelops.vllm.fleet_check), not an interface of the collection; it may change or go in
+    any release.
   - Takes verdicts of M(modelops.vllm.health) and returns the number of them per state, in the order the states first
     appear (a verdict without a state counts as V(unknown)). The same count as the
-    P(modelops.vllm.watchdog_summary#filter) filter's C(counts).
+    P(modelops.vllm._watchdog_summary#filter) filter's C(counts).
 options:
   _input:
     description: The verdicts, each a dict with C(state).
@@ -27,7 +29,7 @@ EXAMPLES = r'''
 - name: The counts, for AWX
   ansible.builtin.set_stats:
     data:
-      vllm_check_counts: "{{ verdicts | modelops.vllm.check_counts }}"
+      vllm_check_counts: "{{ verdicts | modelops.vllm._check_counts }}"
 '''
 
 RETURN = r'''
@@ -45,4 +47,4 @@ def check_counts(results):
 
 class FilterModule(object):
     def filters(self):
-        return {'check_counts': check_counts}
+        return {'_check_counts': check_counts}

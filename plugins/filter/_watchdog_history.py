@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: watchdog_history
-short_description: The fleet's watchdog history, as the playbook modelops.vllm.history prints it
+name: _watchdog_history
+short_description: Internal - The fleet's watchdog history, as the playbook modelops.vllm.history prints it
 version_added: 0.1.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the playbook C(modelops.vllm.history) and the P(modelops.vllm.local_timer#role) role, not an interface
+    of the collection; it may change or go in any release.
   - Takes the host names of the play (C(ansible_play_hosts_all)) and gathers what M(modelops.vllm.watchdog_history)
     returned on each (the registered variable O(register)), in the order of the hosts, and a headline for the fleet.
   - A host whose history could not be read (it did not answer, the module failed) is a line of its own, never left
@@ -37,7 +39,7 @@ EXAMPLES = r'''
   ansible.builtin.debug:
     msg: "{{ _report.lines + [_report.headline] }}"
   vars:
-    _report: "{{ ansible_play_hosts_all | modelops.vllm.watchdog_history(hostvars) }}"
+    _report: "{{ ansible_play_hosts_all | modelops.vllm._watchdog_history(hostvars) }}"
   run_once: true
 '''
 
@@ -124,4 +126,4 @@ def watchdog_history(hosts, hostvars, register='_vllm_history'):
 
 class FilterModule(object):
     def filters(self):
-        return {'watchdog_history': watchdog_history}
+        return {'_watchdog_history': watchdog_history}

@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: rollout_problems
-short_description: What is wrong with the settings of the rollout role
+name: _rollout_problems
+short_description: Internal - What is wrong with the settings of the rollout role
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.rollout#role) role, not an interface of the collection; it may change or go in any
+    release.
   - Takes the settings of the P(modelops.vllm.rollout#role) role, each the role's variable without its C(vllm_rollout_)
     prefix, and returns what is wrong with them, one sentence each; an empty list when nothing is. The role's preflight
     asserts with it on every host before the first one is touched.
@@ -49,7 +51,7 @@ EXAMPLES = r'''
   vars:
     problems: >-
       {{ {'method': 'compose', 'service': 'vllm', 'interval': 5}
-         | modelops.vllm.rollout_problems(upgrade=true) }}
+         | modelops.vllm._rollout_problems(upgrade=true) }}
 '''
 
 RETURN = r'''
@@ -82,4 +84,4 @@ def rollout_problems(settings, upgrade=False, head=None, inventory=None):
 
 class FilterModule(object):
     def filters(self):
-        return {'rollout_problems': rollout_problems}
+        return {'_rollout_problems': rollout_problems}

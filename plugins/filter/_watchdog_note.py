@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: watchdog_note
-short_description: Add what was done to every result of the modelops.vllm.watchdog role
+name: _watchdog_note
+short_description: Internal - Add what was done to every result of the modelops.vllm.watchdog role
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.watchdog#role) role, not an interface of the collection; it may change or go in any
+    release.
   - Takes results in the form of C(vllm_watchdog_results) and returns them with C( | <note>) added to the end of each
     one's C(decision) and C(line), for example what the controller's C(vllm_watchdog_unreachable_command) did for a
     host that did not answer. The results themselves are not changed.
@@ -30,7 +32,7 @@ options:
 EXAMPLES = r'''
 - name: Say what the unreachable command did
   ansible.builtin.set_fact:
-    vllm_watchdog_results: "{{ ansible_facts.vllm_watchdog_results | modelops.vllm.watchdog_note(said) }}"
+    vllm_watchdog_results: "{{ ansible_facts.vllm_watchdog_results | modelops.vllm._watchdog_note(said) }}"
     cacheable: true
 '''
 
@@ -64,4 +66,4 @@ def watchdog_note(results, note):
 
 class FilterModule(object):
     def filters(self):
-        return {'watchdog_note': watchdog_note}
+        return {'_watchdog_note': watchdog_note}

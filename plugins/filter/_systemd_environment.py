@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: systemd_environment
-short_description: The C(Environment=) lines of a systemd unit or drop-in, from a dict
+name: _systemd_environment
+short_description: Internal - The C(Environment=) lines of a systemd unit or drop-in, from a dict
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.rollout#role) role, not an interface of the collection; it may change or go in any
+    release.
   - Returns one line C(Environment="KEY=value") per item of the dict, in its order, joined by newlines (no newline
     after the last one). The C(KEY=value) assignment is a JSON string, quoted and escaped as systemd reads it (C(\"),
     C(\\), C(\n)), non-ASCII characters kept; C(%) is doubled (a systemd specifier otherwise).
@@ -29,7 +31,7 @@ EXAMPLES = r'''
     dest: /etc/systemd/system/vllm.service.d/rollout.conf
     content: |
       [Service]
-      {{ {'VLLM_IMAGE': 'vllm/vllm-openai:v0.11.0'} | modelops.vllm.systemd_environment }}
+      {{ {'VLLM_IMAGE': 'vllm/vllm-openai:v0.11.0'} | modelops.vllm._systemd_environment }}
     mode: "0644"
 '''
 
@@ -53,4 +55,4 @@ def systemd_environment(environment):
 
 class FilterModule(object):
     def filters(self):
-        return {'systemd_environment': systemd_environment}
+        return {'_systemd_environment': systemd_environment}

@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: watchdog_instances
-short_description: The instances of the modelops.vllm.watchdog role, each with its settings filled in
+name: _watchdog_instances
+short_description: Internal - The instances of the modelops.vllm.watchdog role, each with its settings filled in
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.watchdog#role) and P(modelops.vllm.rollout#role) roles, not an interface of the
+    collection; it may change or go in any release.
   - Takes C(vllm_watchdog_instances) and the single-instance settings, and returns one dict per instance, the
     settings overridden by the instance's own keys. An empty list gives one instance made of the settings.
   - With O(keys), only those keys are kept (for example the ones M(modelops.vllm.health) takes in O(modelops.vllm.health#module:servers)).
@@ -64,7 +66,7 @@ options:
 EXAMPLES = r'''
 - name: Merge
   ansible.builtin.debug:
-    msg: "{{ [{'name': 'embed', 'url': 'http://127.0.0.1:8001'}] | modelops.vllm.watchdog_instances({'service': 'vllm'}) }}"
+    msg: "{{ [{'name': 'embed', 'url': 'http://127.0.0.1:8001'}] | modelops.vllm._watchdog_instances({'service': 'vllm'}) }}"
 '''
 
 RETURN = r'''
@@ -142,4 +144,4 @@ def _refuse(problems, message):
 
 class FilterModule(object):
     def filters(self):
-        return {'watchdog_instances': watchdog_instances}
+        return {'_watchdog_instances': watchdog_instances}

@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: check_budget
-short_description: Seconds to wait for a background check of M(modelops.vllm.health)
+name: _check_budget
+short_description: Internal - Seconds to wait for a background check of M(modelops.vllm.health)
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.watchdog#role) role and the playbook C(modelops.vllm.fleet_check), not an interface
+    of the collection; it may change or go in any release.
   - Takes the check's O(modelops.vllm.health#module:interval) and returns how many seconds the gate or the collector
     waits for a check that runs in the background, a whole number.
   - That is the health module's own overall deadline of one check (two waits, two probes, eight reads of the
@@ -45,7 +47,7 @@ EXAMPLES = r'''
 - name: Collect the verdicts of the background check
   modelops.vllm.health:
     results_file: "{{ job.results_file }}"
-    results_timeout: "{{ interval | modelops.vllm.check_budget(probe_timeout, metrics_timeout, freeze_wait=freeze_wait) }}"
+    results_timeout: "{{ interval | modelops.vllm._check_budget(probe_timeout, metrics_timeout, freeze_wait=freeze_wait) }}"
 '''
 
 RETURN = r'''
@@ -79,4 +81,4 @@ def check_budget(interval, probe_timeout, metrics_timeout, margin=MARGIN, freeze
 
 class FilterModule(object):
     def filters(self):
-        return {'check_budget': check_budget}
+        return {'_check_budget': check_budget}

@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: local_settings
-short_description: The watchdog settings of a host, for the inventory of its local timer
+name: _local_settings
+short_description: Internal - The watchdog settings of a host, for the inventory of its local timer
 version_added: 0.1.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.local_timer#role) role, not an interface of the collection; it may change or go in
+    any release.
   - Takes a host name and C(hostvars), and returns the C(vllm_*) settings set for that host (in an inventory or with
     C(-e)) that the P(modelops.vllm.watchdog#role) role reads, the inventory conventions (C(vllm_url), C(vllm_api_key),
     ...), the role's options and the check's timings (C(vllm_check_interval), ...), and what the watchdog will
@@ -35,7 +37,7 @@ options:
 EXAMPLES = r'''
 - name: What the timer's watchdog will read and restart
   ansible.builtin.set_fact:
-    _local: "{{ inventory_hostname | modelops.vllm.local_settings(hostvars, user='vllm-watchdog') }}"
+    _local: "{{ inventory_hostname | modelops.vllm._local_settings(hostvars, user='vllm-watchdog') }}"
   no_log: true  # the settings may hold vllm_api_key
 '''
 
@@ -81,4 +83,4 @@ def local_settings(host, hostvars, user='vllm-watchdog'):
 
 class FilterModule(object):
     def filters(self):
-        return {'local_settings': local_settings}
+        return {'_local_settings': local_settings}

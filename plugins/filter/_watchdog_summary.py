@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: watchdog_summary
-short_description: Summarize the results of the modelops.vllm.watchdog role over a fleet
+name: _watchdog_summary
+short_description: Internal - Summarize the results of the modelops.vllm.watchdog role over a fleet
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.watchdog#role) role, not an interface of the collection; it may change or go in any
+    release.
   - Takes the C(vllm_watchdog_results) of every host (flattened into one list) and returns the counts per verdict,
     the restarted, failed and unreachable host/instance pairs, one line per host and instance, and a headline.
   - A host that did not answer is counted as V(unreachable), never as healthy.
@@ -49,11 +51,11 @@ EXAMPLES = r'''
 - name: Summarize (each host's fact, read through ansible_facts)
   ansible.builtin.debug:
     msg: "{{ ansible_play_hosts_all | map('extract', hostvars, ['ansible_facts', 'vllm_watchdog_results']) | select('defined')
-             | flatten | modelops.vllm.watchdog_summary }}"
+             | flatten | modelops.vllm._watchdog_summary }}"
 
 - name: Summarize the play, the hosts without a result included
   ansible.builtin.debug:
-    msg: "{{ ansible_play_hosts_all | modelops.vllm.watchdog_summary(hostvars) }}"
+    msg: "{{ ansible_play_hosts_all | modelops.vllm._watchdog_summary(hostvars) }}"
 '''
 
 RETURN = r'''
@@ -239,4 +241,4 @@ def watchdog_summary(results, hostvars=None, textfile_required=False):
 
 class FilterModule(object):
     def filters(self):
-        return {'watchdog_summary': watchdog_summary}
+        return {'_watchdog_summary': watchdog_summary}

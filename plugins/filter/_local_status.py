@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: local_status
-short_description: The watchdog's local timer and its last run, in one line
+name: _local_status
+short_description: Internal - The watchdog's local timer and its last run, in one line
 version_added: 0.1.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.local_timer#role) role and the playbook C(modelops.vllm.local_status), not an
+    interface of the collection; it may change or go in any release.
   - Takes what C(systemctl show --timestamp=unix) printed for the timer and for its service, and says in one line
     whether the timer is installed, enabled and active, when it ran last and with what result, and when it runs next.
     Used by the role P(modelops.vllm.local_timer#role) (C(modelops.vllm.local_status)).
@@ -33,7 +35,7 @@ options:
 EXAMPLES = r'''
 - name: The timer in one line
   ansible.builtin.debug:
-    msg: "{{ (timer.stdout | modelops.vllm.local_status(service.stdout, 'vllm-watchdog')).line }}"
+    msg: "{{ (timer.stdout | modelops.vllm._local_status(service.stdout, 'vllm-watchdog')).line }}"
 '''
 
 RETURN = r'''
@@ -61,4 +63,4 @@ def local_status(timer, service, unit='vllm-watchdog'):
 
 class FilterModule(object):
     def filters(self):
-        return {'local_status': local_status}
+        return {'_local_status': local_status}

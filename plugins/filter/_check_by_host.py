@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: check_by_host
-short_description: The verdicts of a fleet check of M(modelops.vllm.health), grouped by host
+name: _check_by_host
+short_description: Internal - The verdicts of a fleet check of M(modelops.vllm.health), grouped by host
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the playbook C(modelops.vllm.fleet_check), not an interface of the collection; it may change or go in
+    any release.
   - Takes the C(servers) that M(modelops.vllm.health) returned for a fleet and returns them per host, in their order.
   - The host of a server is its name up to the first C(/) (a server is named after its host, or C(<host>/<instance>),
     as the P(modelops.vllm.vllm_servers#filter) filter names them).
@@ -27,7 +29,7 @@ EXAMPLES = r'''
 - name: Each host's verdicts as facts of that host
   ansible.builtin.set_fact:
     vllm_checks: "{{ dict(item.value | map(attribute='name') | zip(item.value)) }}"
-  loop: "{{ fleet.servers | modelops.vllm.check_by_host | dict2items }}"
+  loop: "{{ fleet.servers | modelops.vllm._check_by_host | dict2items }}"
   delegate_to: "{{ item.key }}"
   delegate_facts: true
   run_once: true
@@ -55,4 +57,4 @@ def check_by_host(results):
 
 class FilterModule(object):
     def filters(self):
-        return {'check_by_host': check_by_host}
+        return {'_check_by_host': check_by_host}

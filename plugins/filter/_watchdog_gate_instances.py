@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: watchdog_gate_instances
-short_description: A host's watchdog instances as the O(modelops.vllm.watchdog_gate#module:instances) of its gate
+name: _watchdog_gate_instances
+short_description: Internal - A host's watchdog instances as the O(modelops.vllm.watchdog_gate#module:instances) of its gate
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.watchdog#role) role, not an interface of the collection; it may change or go in any
+    release.
   - Takes the merged instances of one host and returns them with the keys M(modelops.vllm.watchdog_gate) takes.
   - With O(servers) (the results of a controller-side check named C(<host>/<instance>)), each instance gets its
     verdict; an instance without one gets V(unknown) with O(missing).
@@ -37,7 +39,7 @@ EXAMPLES = r'''
 - name: Decide
   modelops.vllm.watchdog_gate:
     state_dir: /var/lib/vllm-watchdog
-    instances: "{{ _vllm_watchdog_plan.instances | modelops.vllm.watchdog_gate_instances(inventory_hostname, fleet.servers) }}"
+    instances: "{{ _vllm_watchdog_plan.instances | modelops.vllm._watchdog_gate_instances(inventory_hostname, fleet.servers) }}"
 '''
 
 RETURN = r'''
@@ -83,4 +85,4 @@ def watchdog_gate_instances(instances, host=None, servers=None, missing=None):
 
 class FilterModule(object):
     def filters(self):
-        return {'watchdog_gate_instances': watchdog_gate_instances}
+        return {'_watchdog_gate_instances': watchdog_gate_instances}

@@ -7,11 +7,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r'''
-name: watchdog_results
-short_description: One host's results of the modelops.vllm.watchdog role, in the form of C(vllm_watchdog_results)
+name: _watchdog_results
+short_description: Internal - One host's results of the modelops.vllm.watchdog role, in the form of C(vllm_watchdog_results)
 version_added: 1.0.0
 author: modelops.vllm maintainers (@modelops)
 description:
+  - Internal to the P(modelops.vllm.watchdog#role) role, not an interface of the collection; it may change or go in any
+    release.
   - Takes what M(modelops.vllm.watchdog_gate) returned for a host (or that it could not run, or that the host did not
     answer) and what the restarts did, and returns one result per instance, the contract documented in the role's
     docs (C(host), C(instance), C(url), C(state), C(reason), C(action), C(decision), C(restarted), C(after),
@@ -44,7 +46,7 @@ options:
 EXAMPLES = r'''
 - name: This host's results, as its fact (read as ansible_facts.vllm_watchdog_results, like the gate's)
   ansible.builtin.set_fact:
-    vllm_watchdog_results: "{{ gate | modelops.vllm.watchdog_results(inventory_hostname, instances, done) }}"
+    vllm_watchdog_results: "{{ gate | modelops.vllm._watchdog_results(inventory_hostname, instances, done) }}"
     cacheable: true
 '''
 
@@ -69,4 +71,4 @@ def watchdog_results(gate, host, instances, done=None, check_mode=False, unreach
 
 class FilterModule(object):
     def filters(self):
-        return {'watchdog_results': watchdog_results}
+        return {'_watchdog_results': watchdog_results}
