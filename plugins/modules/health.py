@@ -574,31 +574,37 @@ def collect(module):
     module.exit_json(changed=False, servers=servers, states=states, ansible_facts=facts)
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            connection_args(),
-            url=dict(type='str'),
+def argument_spec():
+    return dict(
+        connection_args(),
+        url=dict(type='str'),
+        name=dict(type='str'),
+        servers=dict(type='list', elements='dict', options=dict(
             name=dict(type='str'),
-            servers=dict(type='list', elements='dict', options=dict(
-                name=dict(type='str'),
-                url=dict(type='str', required=True),
-                kind=dict(type='str', choices=['backend', 'proxy']),
-                api_key=dict(type='str', no_log=True),
-                model=dict(type='str'),
-                probe_api=dict(type='str', choices=['completions', 'chat']),
-            )),
-            kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
-            probe_api=dict(type='str', default='completions', choices=['completions', 'chat']),
+            url=dict(type='str', required=True),
+            kind=dict(type='str', choices=['backend', 'proxy']),
+            api_key=dict(type='str', no_log=True),
             model=dict(type='str'),
-            results_file=dict(type='path'),
-            results_timeout=option_specs(GATE_SETTINGS)['results_timeout'],
-            background_dir=dict(type='path'),
-            state_dir=dict(type='path'),
-            # interval, probe_timeout, metrics_timeout, stall_window, freeze_limit, freeze_wait, metrics_max_bytes,
-            # workers: the catalogue's.
-            **dict(option_specs(CHECK_SETTINGS), **dict(option_specs(MEMORY_OF_CHECKS), **option_specs(HEALTH_SETTINGS)))
-        ),
+            probe_api=dict(type='str', choices=['completions', 'chat']),
+        )),
+        kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
+        probe_api=dict(type='str', default='completions', choices=['completions', 'chat']),
+        model=dict(type='str'),
+        results_file=dict(type='path'),
+        results_timeout=option_specs(GATE_SETTINGS)['results_timeout'],
+        background_dir=dict(type='path'),
+        state_dir=dict(type='path'),
+        # interval, probe_timeout, metrics_timeout, stall_window, freeze_limit, freeze_wait, metrics_max_bytes,
+        # workers: the catalogue's.
+        **dict(option_specs(CHECK_SETTINGS), **dict(option_specs(MEMORY_OF_CHECKS), **option_specs(HEALTH_SETTINGS)))
+    )
+
+
+def main():
+    """One check: of one server (url), of several at once (servers), started in the background (background_dir), or
+    the results of one started before (results_file)."""
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
         required_one_of=[('url', 'servers', 'results_file')],
         mutually_exclusive=[('url', 'servers', 'results_file'), ('url', 'background_dir'),
                             ('results_file', 'background_dir')],
