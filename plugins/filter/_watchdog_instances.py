@@ -45,8 +45,12 @@ options:
     default: false
   head:
     description:
-      - With O(settings), the inventory name of the host the instances run on; the other ranks of an instance that spans
-        hosts (its C(ranks)) must be other hosts.
+      - The inventory name of the host the instances run on. With O(settings), the other ranks of an instance that
+        spans hosts (its C(ranks)) must be other hosts.
+      - Without O(settings), each instance gets C(steps), the order a restart of it runs in across hosts (the head is
+        rank 0 on this host), C(stop) and C(start), lists of C(host), C(rank), C(restart_method), C(service) and
+        C(compose_project_dir). The head stops first, then every other rank, the last first; the head starts first,
+        then every other rank in order. An instance without ranks has the head alone in each.
     type: str
   inventory:
     description:
@@ -114,6 +118,8 @@ def watchdog_instances(instances, base, keys=None, settings=None, problems=False
         one.update(item)
         if 'url' in item:
             one['url_is_default'] = False
+        if head is not None and settings is None:
+            one['steps'] = _ranks.restart_steps(one, head)  # the order of a restart across hosts, on its head
         if one.get('ranks') and settings is None:
             one['ranks'] = _ranks.ranks_of(one)
         if keys:

@@ -45,6 +45,22 @@ def ranks_of(instance):
     return out
 
 
+STEP_KEYS = ('host', 'rank', 'restart_method', 'service', 'compose_project_dir')
+
+
+def restart_steps(instance, head):
+    """The order a restart of an instance across hosts runs in, each step {host, rank, restart_method, service,
+    compose_project_dir} (the head is rank 0 on ``head``): ``stop``, the head first (its API server takes no more
+    requests, and its exit ends the engine that drives every rank), then every other rank, the last first; ``start``,
+    the head first (it hosts the rendezvous of the ranks, and a Ray head must run before its workers join), then every
+    other rank in order. An instance without ranks: the head alone in each. The watchdog and the rollout both loop
+    over these (their restart.yml and main.yml), so the order is written here only."""
+    first = {'host': head, 'rank': 0, 'restart_method': instance.get('restart_method'),
+             'service': instance.get('service') or '', 'compose_project_dir': instance.get('compose_project_dir') or ''}
+    others = [dict((key, rank.get(key)) for key in STEP_KEYS) for rank in ranks_of(instance)]
+    return {'stop': [first] + others[::-1], 'start': [first] + others}
+
+
 def problems(instance, head=None, inventory=None):
     """What is wrong with an instance's ranks and launch, one sentence each (none for an instance without ranks)."""
     ranks, launch = instance.get('ranks'), instance.get('launch')

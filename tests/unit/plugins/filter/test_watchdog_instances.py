@@ -55,6 +55,19 @@ def test_with_a_host_each_instance_is_named_host_slash_instance():
     assert watchdog_instances([{'name': 'chat', 'url': url}], {}, ['name', 'url'], host='h') == [{'name': 'h/chat', 'url': url}]
 
 
+def test_with_the_head_each_instance_gets_the_steps_of_its_restart_across_hosts():
+    """The watchdog's plan and the rollout loop over these: the order is written once, in _ranks.restart_steps."""
+    ranked = {'name': 'big', 'restart_method': 'docker', 'service': 'head',
+              'ranks': [{'host': 'spark-02'}, {'host': 'spark-03'}]}
+    out = watchdog_instances([ranked, {'name': 'small'}], BASE, head='spark-01')
+    assert [s['host'] for s in out[0]['steps']['stop']] == ['spark-01', 'spark-03', 'spark-02']
+    assert [s['host'] for s in out[0]['steps']['start']] == ['spark-01', 'spark-02', 'spark-03']
+    assert [s['host'] for s in out[1]['steps']['start']] == ['spark-01'] and out[1]['steps']['stop'] == \
+        out[1]['steps']['start']
+    assert [r['rank'] for r in out[0]['ranks']] == [1, 2]  # the ranks as before
+    assert 'steps' not in watchdog_instances([ranked], BASE)[0]  # only with the head
+
+
 def test_neither_the_settings_nor_the_instances_are_changed():
     instances = [{'name': 'chat', 'url': 'http://127.0.0.1:8001'}]
     base = dict(BASE)

@@ -26,6 +26,28 @@ def test_ranks_are_numbered_from_one_with_the_head_s_method_unless_their_own():
     assert _ranks.ranks_of({'name': 'one'}) == [] and _ranks.ranks_of({'ranks': 'garbage'}) == []
 
 
+def test_a_restart_across_hosts_stops_the_head_then_the_last_rank_first_and_starts_the_head_then_in_order():
+    """The one place the order is written (both roles loop over it): the head stops first and starts first."""
+    instance = dict(HEAD, ranks=[{'host': 'spark-02'}, {'host': 'spark-03', 'service': 'r2'}, {'host': 'spark-04'}])
+    steps = _ranks.restart_steps(instance, 'spark-01')
+    assert [(s['host'], s['rank']) for s in steps['stop']] == [('spark-01', 0), ('spark-04', 3), ('spark-03', 2),
+                                                               ('spark-02', 1)]
+    assert [(s['host'], s['rank']) for s in steps['start']] == [('spark-01', 0), ('spark-02', 1), ('spark-03', 2),
+                                                                ('spark-04', 3)]
+    assert steps['start'][0] == {'host': 'spark-01', 'rank': 0, 'restart_method': 'docker', 'service': 'vllm-head',
+                                 'compose_project_dir': ''}
+    assert steps['start'][2]['service'] == 'r2' and steps['start'][3]['service'] == 'vllm-head'
+    # Only what a stop and a start take: never the instance's API key or anything else it carries.
+    keyed = dict(instance, api_key='sk-never-a-loop-item', ranks=[{'host': 'spark-02', 'api_key': 'sk-x'}])
+    assert all(set(s) == set(_ranks.STEP_KEYS) for s in _ranks.restart_steps(keyed, 'spark-01')['stop'])
+    assert 'sk-' not in repr(_ranks.restart_steps(keyed, 'spark-01'))
+    # One host: the head alone, both ways; garbage ranks are no ranks.
+    alone = _ranks.restart_steps({'name': 'one', 'restart_method': 'systemd', 'service': None}, 'gb10-01')
+    assert alone == {'stop': [alone['start'][0]], 'start': [{'host': 'gb10-01', 'rank': 0, 'restart_method': 'systemd',
+                                                              'service': '', 'compose_project_dir': ''}]}
+    assert len(_ranks.restart_steps(dict(HEAD, ranks='garbage'), 'h')['stop']) == 1
+
+
 @pytest.mark.parametrize('change, words', [
     ({}, None),
     ({'ranks': [], 'launch': ''}, None),  # one host, as always
