@@ -118,6 +118,7 @@ class Engine:
         self.reprefill = None     # {"count_preemptions": bool, "requeue_seconds": s, "since": t}
         self.reprefill_victim = None
         self.reprefill_cycles = 0
+        self.reprefill_steps_at = 0  # the step count when the last re-prefill cycle ended (tests measure cycles by it)
         self.stall_aborts = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -510,6 +511,7 @@ class Engine:
         victim.requeue_until = now + self.reprefill["requeue_seconds"]
         self.waiting.appendleft(victim)
         self.reprefill_cycles += 1
+        self.reprefill_steps_at = self.steps
         if self.reprefill["count_preemptions"]:
             self.server.reg.inc("vllm:num_preemptions_total", self.index)
         return victim, victim
@@ -608,5 +610,6 @@ class Engine:
             "stall_aborts": self.stall_aborts,
             "reprefill": self.reprefill,
             "reprefill_cycles": self.reprefill_cycles,
+            "reprefill_steps_at": self.reprefill_steps_at,
             "reprefill_victim_prefilled": None if self.reprefill_victim is None else self.reprefill_victim.prefilled,
         }

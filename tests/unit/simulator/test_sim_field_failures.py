@@ -252,5 +252,7 @@ def test_reprefill_cycle_follows_prompt_chunk_and_step_rate(sim):
     sim.start_load(sid, concurrency=1, max_tokens=10, prompt_tokens=1000)
     a = sim.wait_for(sid, lambda s: engine0(s)["reprefill_cycles"] >= 1)
     b = sim.wait_for(sid, lambda s: engine0(s)["reprefill_cycles"] >= 3, timeout=15)
-    steps = engine0(b)["steps"] - engine0(a)["steps"]
-    assert steps == 11 * (engine0(b)["reprefill_cycles"] - engine0(a)["reprefill_cycles"])
+    # Counted between the ends of two cycles (the engine's own step count then), not between two polls: a poll late by
+    # a step on a loaded machine would count part of a cycle.
+    steps = engine0(b)["reprefill_steps_at"] - engine0(a)["reprefill_steps_at"]
+    assert steps == 11 * (engine0(b)["reprefill_cycles"] - engine0(a)["reprefill_cycles"]), (engine0(a), engine0(b))
