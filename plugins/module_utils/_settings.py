@@ -88,7 +88,7 @@ GUARD_RAILS = {
 }
 
 # The watchdog_gate module's own bounds: its locks, the service manager's answer, the background check's file (the
-# health module's results_timeout too, when it collects that file), the evidence it keeps.
+# health_results module's results_timeout too: it collects that file), the evidence it keeps.
 GATE_SETTINGS = {
     'lock_timeout': ('float', 60, (0, 10 ** 9, True)),
     'status_timeout': ('float', 30, (0, 10 ** 9, True)),
@@ -147,7 +147,7 @@ DECIDE_DEFAULTS = defaults_of(GUARD_RAILS)
 DECIDE_LIMITS = limits_of(GUARD_RAILS)
 GATE_LIMITS = limits_of(GATE_SETTINGS)
 
-# The health module's results_timeout, only when it collects a background check's file: the gate's (either collects it).
+# The health_results module's results_timeout: the gate's (either collects a background check's file).
 RESULTS_TIMEOUT_LIMITS = GATE_SETTINGS['results_timeout'][2]
 # Every number option of the health module.
 HEALTH_LIMITS = dict(limits_of(CHECK_SETTINGS), **dict(limits_of(HEALTH_SETTINGS), **limits_of(MEMORY_OF_CHECKS)))

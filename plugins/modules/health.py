@@ -59,7 +59,7 @@ options:
       - Base URL of the vLLM OpenAI-compatible server, for example V(http://127.0.0.1:8000).
       - The module adds the paths itself (C(/metrics), C(/health), C(/version), C(/v1/models), C(/v1/completions)).
       - Redirects are followed only when they stay on the same scheme, host and port.
-      - Exactly one of O(url), O(servers) and O(results_file) is required.
+      - Exactly one of O(url) and O(servers) is required.
     type: str
   metrics_timeout:
     description:
@@ -104,25 +104,14 @@ options:
         description: As O(probe_api), for this server.
         type: str
         choices: [completions, chat]
-  results_file:
-    description:
-      - Collect the verdicts of this module run in the background (C(async), C(poll) V(0)) on the same host,
-        instead of checking. The value is the started task's C(results_file). The module waits for the job to finish, up to
-        O(results_timeout), returns its RV(servers), RV(states) and facts as if it had checked, and removes the file.
-      - Unlike C(async_status) in a retry loop, it prints no C(FAILED - RETRYING) line per poll and leaves no file
-        behind. Exactly one of O(url), O(servers) and O(results_file).
-    type: path
-  results_timeout:
-    description: With O(results_file), seconds to wait for the background check to finish.
-    type: float
-    default: 300
   background_dir:
     type: path
     description:
       - With O(servers), start the check in a detached process on this host and return at once, with
         RV(results_file), a new file in this directory (created C(0750) if missing, except in check mode, where a
         private temporary directory takes its place; refused if group or others can write it). Collect the verdicts
-        later with O(results_file) (or M(modelops.vllm.watchdog_gate)'s O(modelops.vllm.watchdog_gate#module:results_file)).
+        later with M(modelops.vllm.health_results) (or M(modelops.vllm.watchdog_gate)'s
+        O(modelops.vllm.watchdog_gate#module:results_file)).
       - This is what C(async) with C(poll) V(0) does, at the cost of a plain module run. The process stops after the
         check's overall deadline plus 60 seconds at most. Files nobody collected are removed after an hour.
   workers:
@@ -292,7 +281,7 @@ EXAMPLES = r'''
   register: job
 
 - name: Collect the verdicts (no polling noise; the job's file is removed)
-  modelops.vllm.health:
+  modelops.vllm.health_results:
     results_file: "{{ job.results_file }}"
 
 - name: Watch a freeze until it is proof of a hang (or the engine moves), up to the limit
@@ -505,13 +494,13 @@ servers:
   description:
     - With O(servers), one result per server, in the order given, each with the keys of a single check
       (RV(state), RV(reason), RV(probe), ...) plus RV(name).
-  returned: when O(servers) or O(results_file) is given
+  returned: when O(servers) is given
   type: list
   elements: dict
   sample: [{"name": "chat", "state": "busy", "reason": "...", "url": "http://127.0.0.1:8000"}]
 states:
   description: With O(servers), the verdict of each server by name.
-  returned: when O(servers) or O(results_file) is given
+  returned: when O(servers) is given
   type: dict
   sample: {"chat": "busy", "embed": "idle"}
 ansible_facts:
@@ -525,7 +514,7 @@ ansible_facts:
       type: dict
     vllm_health_servers:
       description: Every checked server's result by name.
-      returned: when O(servers) or O(results_file) is given
+      returned: when O(servers) is given
       type: dict
 '''
 
@@ -534,10 +523,10 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.modelops.vllm.plugins.module_utils._check import PER_SERVER, check_many, check_one
 from ansible_collections.modelops.vllm.plugins.module_utils._http import HAS_REQUESTS, REQUESTS_IMPORT_ERROR, connection_args
-from ansible_collections.modelops.vllm.plugins.module_utils._jobs import read_results, start_background
+from ansible_collections.modelops.vllm.plugins.module_utils._jobs import start_background
 from ansible_collections.modelops.vllm.plugins.module_utils._redact import redact, secrets_of
 from ansible_collections.modelops.vllm.plugins.module_utils._settings import (
-    CHECK_SETTINGS, GATE_SETTINGS, HEALTH_LIMITS, HEALTH_SETTINGS, MEMORY_OF_CHECKS, RESULTS_TIMEOUT_LIMITS, check_deadline,
+    CHECK_SETTINGS, HEALTH_LIMITS, HEALTH_SETTINGS, MEMORY_OF_CHECKS, check_deadline,
     option_specs)
 from ansible_collections.modelops.vllm.plugins.module_utils._statedir import StateError
 from ansible_collections.modelops.vllm.plugins.module_utils._types import in_range, range_words
@@ -551,27 +540,6 @@ def invalid_settings(params):
         if in_range(params[option], limits) is None:
             errors.append('%s must be %s, got %s' % (option, range_words(limits), params[option]))
     return errors
-
-
-def collect(module):
-    """The verdicts of a background run of this module on this host (results_file)."""
-    timeout = module.params['results_timeout']
-    if in_range(timeout, RESULTS_TIMEOUT_LIMITS) is None:
-        module.fail_json(msg='results_timeout must be %s, got %s' % (range_words(RESULTS_TIMEOUT_LIMITS), timeout))
-    result, why = read_results(module.params['results_file'], timeout)
-    if result is None:
-        module.fail_json(msg=why)
-    servers = result.get('servers')
-    if not isinstance(servers, list):
-        module.fail_json(msg='the background check failed: %s' % str(result.get('msg') or 'no verdicts')[:1000])
-    states = dict((r.get('name'), r.get('state')) for r in servers)
-    facts = {'vllm_health_servers': dict((r.get('name'), r) for r in servers)}
-    for server in servers:
-        for warning in (server.get('config_warnings') if isinstance(server, dict) else None) or []:
-            module.warn('%s: %s' % (server.get('name'), warning))
-    if result.get('failed'):
-        module.fail_json(msg=str(result.get('msg'))[:1000], servers=servers, states=states)
-    module.exit_json(changed=False, servers=servers, states=states, ansible_facts=facts)
 
 
 def argument_spec():
@@ -590,8 +558,6 @@ def argument_spec():
         kind=dict(type='str', default='backend', choices=['backend', 'proxy']),
         probe_api=dict(type='str', default='completions', choices=['completions', 'chat']),
         model=dict(type='str'),
-        results_file=dict(type='path'),
-        results_timeout=option_specs(GATE_SETTINGS)['results_timeout'],
         background_dir=dict(type='path'),
         state_dir=dict(type='path'),
         # interval, probe_timeout, metrics_timeout, stall_window, freeze_limit, freeze_wait, metrics_max_bytes,
@@ -601,18 +567,15 @@ def argument_spec():
 
 
 def main():
-    """One check: of one server (url), of several at once (servers), started in the background (background_dir), or
-    the results of one started before (results_file)."""
+    """One check: of one server (url) or of several at once (servers), started in the background with background_dir
+    (modelops.vllm.health_results collects it)."""
     module = AnsibleModule(
         argument_spec=argument_spec(),
-        required_one_of=[('url', 'servers', 'results_file')],
-        mutually_exclusive=[('url', 'servers', 'results_file'), ('url', 'background_dir'),
-                            ('results_file', 'background_dir')],
+        required_one_of=[('url', 'servers')],
+        mutually_exclusive=[('url', 'servers'), ('url', 'background_dir')],
         supports_check_mode=True,
     )
     params = module.params
-    if params['results_file'] is not None:
-        collect(module)
     specs = server_specs(params, module.check_mode)
     # Every spelling of every secret is masked in whatever the module returns, failures included.
     secrets = sorted(set(form for spec in specs for form in secrets_of(spec)), key=len, reverse=True)

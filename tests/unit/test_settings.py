@@ -17,8 +17,8 @@ from tests.support.paths import REPO
 
 # Which tables each module takes its options from (whole tables, or the names given).
 MODULES = {
-    'health': [catalogue.CHECK_SETTINGS, catalogue.MEMORY_OF_CHECKS, catalogue.HEALTH_SETTINGS,
-               {'results_timeout': catalogue.GATE_SETTINGS['results_timeout']}],
+    'health': [catalogue.CHECK_SETTINGS, catalogue.MEMORY_OF_CHECKS, catalogue.HEALTH_SETTINGS],
+    'health_results': [{'results_timeout': catalogue.GATE_SETTINGS['results_timeout']}],
     'restart': [catalogue.READY_SETTINGS, catalogue.MEMORY_SETTINGS, {'metrics_timeout': catalogue.CHECK_SETTINGS['metrics_timeout']}],
     'watchdog_gate': [catalogue.GUARD_RAILS, catalogue.GATE_SETTINGS],
 }
