@@ -43,8 +43,8 @@ def test_a_restart_across_hosts_stops_the_head_then_the_last_rank_first_and_star
     assert 'sk-' not in repr(_ranks.restart_steps(keyed, 'spark-01'))
     # One host: the head alone, both ways; garbage ranks are no ranks.
     alone = _ranks.restart_steps({'name': 'one', 'restart_method': 'systemd', 'service': None}, 'gb10-01')
-    assert alone == {'stop': [alone['start'][0]], 'start': [{'host': 'gb10-01', 'rank': 0, 'restart_method': 'systemd',
-                                                              'service': '', 'compose_project_dir': ''}]}
+    head = {'host': 'gb10-01', 'rank': 0, 'restart_method': 'systemd', 'service': '', 'compose_project_dir': ''}
+    assert alone == {'stop': [head], 'start': [head]}
     assert len(_ranks.restart_steps(dict(HEAD, ranks='garbage'), 'h')['stop']) == 1
 
 
