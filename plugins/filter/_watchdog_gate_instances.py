@@ -14,32 +14,22 @@ author: modelops.vllm maintainers (@modelops)
 description:
   - Internal to the P(modelops.vllm.watchdog#role) role, not an interface of the collection; it may change or go in any
     release.
-  - Takes the merged instances of one host and returns them with the keys M(modelops.vllm.watchdog_gate) takes.
-  - With O(servers) (the results of a controller-side check named C(<host>/<instance>)), each instance gets its
-    verdict; an instance without one gets V(unknown) with O(missing).
+  - Takes the merged instances of one host and returns them with the keys M(modelops.vllm.watchdog_gate) takes (the
+    gate attaches their verdicts itself, from O(modelops.vllm.watchdog_gate#module:results_file),
+    O(modelops.vllm.watchdog_gate#module:check_results) or O(modelops.vllm.watchdog_gate#module:check_error)).
 options:
   _input:
     description: The host's instances (the role's C(_vllm_watchdog_plan.instances)).
     type: list
     elements: dict
     required: true
-  host:
-    description: The host's inventory name.
-    type: str
-  servers:
-    description: The RV(modelops.vllm.health#module:servers) of a controller-side check, or null.
-    type: list
-    elements: dict
-  missing:
-    description: The reason given to an instance without a verdict, when O(servers) is given or the check did not start.
-    type: str
 '''
 
 EXAMPLES = r'''
 - name: Decide
   modelops.vllm.watchdog_gate:
     state_dir: /var/lib/vllm-watchdog
-    instances: "{{ _vllm_watchdog_plan.instances | modelops.vllm._watchdog_gate_instances(inventory_hostname, fleet.servers) }}"
+    instances: "{{ _vllm_watchdog_plan.instances | modelops.vllm._watchdog_gate_instances }}"
 '''
 
 RETURN = r'''
@@ -59,12 +49,9 @@ KEYS = ('name', 'kind', 'restart_method', 'service', 'compose_project_dir', 'res
 FLAGS = ('url_is_default', 'assume_url_is_service')
 
 
-def watchdog_gate_instances(instances, host=None, servers=None, missing=None):
+def watchdog_gate_instances(instances):
     if not isinstance(instances, (list, tuple)):
         raise AnsibleFilterError('watchdog_gate_instances expects a list of instances')
-    by_name = {}
-    if servers is not None:
-        by_name = dict((s.get('name'), s) for s in servers if isinstance(s, dict))
     out = []
     for instance in instances:
         if not isinstance(instance, dict) or not isinstance(instance.get('name'), str) or not instance['name']:
@@ -75,10 +62,6 @@ def watchdog_gate_instances(instances, host=None, servers=None, missing=None):
             if flag in item:
                 item[flag] = str(item[flag]).lower() in ('true', '1', 'yes', 'on')
         item['url'] = display_url(instance.get('url'))
-        if servers is not None or missing:
-            verdict = by_name.get('%s/%s' % (host, instance['name']))
-            item['verdict'] = verdict or {'state': 'unknown',
-                                          'reason': missing or 'the check gave no verdict for this instance'}
         out.append(item)
     return out
 

@@ -1,4 +1,5 @@
-"""The watchdog_gate_instances filter: a host's merged instances as the gate's instances, with their verdicts."""
+"""The _watchdog_gate_instances filter: a host's merged instances as the gate's instances (the gate attaches their
+verdicts itself: test_watchdog_gate.py)."""
 
 import pytest
 
@@ -44,43 +45,23 @@ def test_the_filter_module_offers_exactly_this_filter():
 ])
 def test_each_instance_with_the_gate_s_keys(instance, expected):
     assert gate_instances([instance]) == [expected]
-    assert gate_instances([instance], 'h') == [expected]  # no servers, no missing: no verdict
-
-
-VERDICT = {'name': 'h/chat', 'state': 'idle', 'reason': 'no request in flight'}
-
-
-@pytest.mark.parametrize('servers, missing, expected', [
-    ([VERDICT], None, [VERDICT, {'state': 'unknown', 'reason': 'the check gave no verdict for this instance'}]),
-    ([VERDICT, 'junk', None], 'the check timed out', [VERDICT, {'state': 'unknown', 'reason': 'the check timed out'}]),
-    # The check did not start: no servers, every instance gets the reason.
-    (None, 'the check did not start', [{'state': 'unknown', 'reason': 'the check did not start'}] * 2),
-    ([], None, [{'state': 'unknown', 'reason': 'the check gave no verdict for this instance'}] * 2),
-    # Another host's verdict is not this host's.
-    ([dict(VERDICT, name='other/chat')], None,
-     [{'state': 'unknown', 'reason': 'the check gave no verdict for this instance'}] * 2),
-])
-def test_each_instance_gets_its_own_verdict(servers, missing, expected):
-    out = gate_instances([{'name': 'chat'}, {'name': 'embed'}], 'h', servers, missing)
-    assert [item['verdict'] for item in out] == expected
-    assert [item['name'] for item in out] == ['chat', 'embed']
 
 
 def test_the_input_is_not_changed():
     instance = dict(FULL, url='http://a:%s@h:1' % SECRET)
     before = dict(instance)
-    gate_instances([instance], 'h', [], 'x')
+    gate_instances([instance])
     assert instance == before
 
 
 @pytest.mark.parametrize('instances', ['chat', None, {'name': 'chat'}, 5])
 def test_instances_that_are_not_a_list_are_a_clear_filter_error(instances):
     with pytest.raises(AnsibleFilterError) as caught:
-        gate_instances(instances, 'h')
+        gate_instances(instances)
     assert str(caught.value) == 'watchdog_gate_instances expects a list of instances'
 
 
 @pytest.mark.parametrize('instances', [['chat'], [{'url': 'http://h:1'}]])
 def test_instances_of_the_wrong_shape_are_a_clear_filter_error(instances):
     with pytest.raises(AnsibleFilterError):
-        gate_instances(instances, 'h', [])
+        gate_instances(instances)
